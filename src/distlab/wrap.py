@@ -1,0 +1,99 @@
+"""Model wrapping: DDP or FSDP2, optional ``torch.compile``, bf16 autocast, accumulation without sync."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from distlab.config import DistConfig, Precision, Wrap
+from distlab.dist import Runtime
+from distlab.errors import DistlabError
+
+
+def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: list[nn.Module] | None = None) -> nn.Module:
+    """Place ``model`` on the device and wrap it for data parallelism as ``cfg.wrap`` says.
+
+    FSDP2 shards each module in ``shard_modules`` (e.g. transformer blocks) and then the root, so
+    only one block's full parameters exist at a time; DDP keeps whole replicas and overlaps the
+    bucketed gradient all-reduce with the backward pass.
+    """
+    model = model.to(rt.device)
+    wrap = Wrap(cfg.wrap)
+    if rt.distributed and wrap == Wrap.ddp and any(p.requires_grad for p in model.parameters()):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [rt.device.index] if rt.device.type == "cuda" else None
+        model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_mb, broadcast_buffers=False)
+    elif wrap == Wrap.fsdp and rt.distributed:
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:  # torch < 2.6 kept it under _composable
+            from torch.distributed._composable.fsdp import fully_shard
+        for m in shard_modules or []:
+            fully_shard(m)
+        fully_shard(model)
+    if cfg.compile:
+        model = torch.compile(model)
+    return model
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's module under DDP and torch.compile wrappers (FSDP2 modifies in place)."""
+    inner = getattr(model, "_orig_mod", model)
+    return getattr(inner, "module", inner)
+
+
+@contextlib.contextmanager
+def no_sync(model: nn.Module, active: bool) -> Iterator[None]:
+    """Skip the gradient all-reduce on accumulation micro-steps (DDP ``no_sync``, FSDP2 flag)."""
+    inner = getattr(model, "_orig_mod", model)
+    if active and hasattr(inner, "no_sync"):
+        with inner.no_sync():
+            yield
+    elif active and hasattr(inner, "set_requires_gradient_sync"):
+        inner.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            inner.set_requires_gradient_sync(True)
+    else:
+        yield
+
+
+def autocast(rt: Runtime, precision: Precision | str) -> contextlib.AbstractContextManager:
+    if Precision(precision) == Precision.bf16:
+        return torch.autocast(device_type=rt.device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def clip_grad(model: nn.Module, max_norm: float) -> float:
+    """Clip by global norm (works on DTensor grads under FSDP2); returns the pre-clip norm."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()
+    return float(norm)
+
+
+def set_fast_math(rt: Runtime, tf32: bool) -> None:
+    if rt.device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+
+
+def check_gpus_available(requested: int) -> int:
+    """Resolve ``--gpus`` (-1 = all visible) or fail naming how many exist."""
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == -1:
+        if have == 0:
+            raise DistlabError("--gpus -1 but no GPU is visible; use --procs N to run on CPU")
+        return have
+    if requested > have:
+        raise DistlabError(f"--gpus {requested} but only {have} GPU(s) are visible; use --gpus {have or 'with a GPU'}"
+                           + ("" if have else " or --procs N for CPU"))
+    return requested
