@@ -17,6 +17,7 @@ import random
 import re
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ from distlab.dist import Runtime
 from distlab.errors import DistlabError
 
 log = logging.getLogger("distlab")
+# A single process saving without a process group is intended here, not a mistake worth a warning.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 STEP_DIR = re.compile(r"^step(\d{8})$")
 MANIFEST = "MANIFEST.json"
 
@@ -134,8 +137,12 @@ class CheckpointManager:
 
     # -- save --------------------------------------------------------------------------------
     def save(self, step: int, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
-             extra: dict) -> None:
-        """Collective: every rank calls it at the same step."""
+             extra: dict, rank_state: dict | None = None) -> None:
+        """Collective: every rank calls it at the same step.
+
+        ``rank_state`` is this rank's own state (e.g. a recurrent carry); it comes back from
+        :meth:`restore` only on the same world size, where rank r is the same slice of the data.
+        """
         self.wait()
         final = self.root / f"step{step:08d}"
         tmp = self.root / f".tmp-step{step:08d}"
@@ -145,7 +152,7 @@ class CheckpointManager:
         self.rt.barrier("checkpoint start")
         msd, osd = get_state_dict(model, optimizers)
         state = {"model": msd, "optim": osd}
-        torch.save(_rng_state(), tmp / "rng" / f"rank{self.rt.rank}.pt")
+        torch.save({"rng": _rng_state(), "state": rank_state}, tmp / "rng" / f"rank{self.rt.rank}.pt")
         if self.rt.is_main:
             meta = dict(extra, step=step, world_size=self.rt.world_size)
             atomic_write_json(tmp / "extra.json", meta)
@@ -197,7 +204,9 @@ class CheckpointManager:
         extra = json.loads((ckpt / "extra.json").read_text())
         rng_file = ckpt / "rng" / f"rank{self.rt.rank}.pt"
         if extra.get("world_size") == self.rt.world_size and rng_file.exists():
-            _set_rng_state(torch.load(rng_file, weights_only=False))
+            saved = torch.load(rng_file, weights_only=False, map_location=self.rt.device)
+            _set_rng_state({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in saved["rng"].items()})
+            extra["rank_state"] = saved["state"]
         else:  # new world size: per-rank streams cannot be mapped, so derive fresh ones deterministically
             seed = hash((extra.get("step", 0), self.rt.rank)) % 2**31
             random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)

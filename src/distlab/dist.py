@@ -203,6 +203,14 @@ def init_runtime(backend: str = "auto", device: str = "auto", timeout_s: float =
     kwargs: dict[str, Any] = {"backend": be, "timeout": timeout}
     if be == "nccl":
         kwargs["device_id"] = dev
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # After a torchrun restart, gloo's full-mesh connect could read the dead attempt's
+        # addresses from the agent's store and hang; a per-attempt key prefix keeps attempts apart.
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), env.world_size,
+                              is_master=False, timeout=timeout)
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        kwargs.update(store=dist.PrefixStore(f"distlab/attempt{attempt}", store), rank=env.rank,
+                      world_size=env.world_size)
     if not dist.is_initialized():
         dist.init_process_group(**kwargs)
     rt.backend = be

@@ -39,8 +39,8 @@ class Session:
         set_fast_math(rt, cfg.dist.tf32)
 
     # -- model helpers ----------------------------------------------------------------------
-    def wrap(self, model: nn.Module, shard_modules: list[nn.Module] | None = None) -> nn.Module:
-        return wrap_model(model, self.rt, self.cfg.dist, shard_modules)
+    def wrap(self, model: nn.Module, shard_modules: list[nn.Module] | None = None, find_unused: bool = False) -> nn.Module:
+        return wrap_model(model, self.rt, self.cfg.dist, shard_modules, find_unused)
 
     def autocast(self):
         return autocast(self.rt, self.cfg.dist.precision)
@@ -71,8 +71,10 @@ class Session:
             raise DistlabError(f"run.resume=must but {self.ckpt.root} holds no usable checkpoint")
         return extra
 
-    def save(self, step: int, model: nn.Module, optimizers: list[torch.optim.Optimizer], extra: dict) -> None:
-        self.ckpt.save(step, model, optimizers, dict(extra, recipe=self.recipe, config=to_yaml(self.cfg)))
+    def save(self, step: int, model: nn.Module, optimizers: list[torch.optim.Optimizer], extra: dict,
+             rank_state: dict | None = None) -> None:
+        self.ckpt.save(step, model, optimizers, dict(extra, recipe=self.recipe, config=to_yaml(self.cfg)),
+                       rank_state)
 
     def due(self, step: int) -> bool:
         every = self.cfg.ckpt.every

@@ -56,6 +56,11 @@ def start_session(recipe: Recipe, presets: list[str], overrides: list[str]) -> S
         write_manifest(run_dir, manifest(rt, recipe.name, cfg.run.name, payload[1]))
     rt.barrier("run directory ready")
     setup_logging(run_dir, rt.rank)
+    log.debug("start")
+    for h in log.handlers:  # the pid goes to the rank's own file: fault-injection tools and people look there
+        if getattr(h, "baseFilename", "").endswith(f"rank{rt.rank}.log"):
+            h.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, "rank %d pid=%d host=%s",
+                                    (rt.rank, os.getpid(), os.uname().nodename), None))
     if rt.is_main:
         log.info("run %s: %s x %d (%s), dir %s", cfg.run.name, rt.device.type, rt.world_size, rt.launcher, run_dir)
     return Session(cfg, rt, recipe.name, run_dir, payload[1])

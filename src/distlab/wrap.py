@@ -13,7 +13,8 @@ from distlab.dist import Runtime
 from distlab.errors import DistlabError
 
 
-def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: list[nn.Module] | None = None) -> nn.Module:
+def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: list[nn.Module] | None = None,
+               find_unused: bool = False) -> nn.Module:
     """Place ``model`` on the device and wrap it for data parallelism as ``cfg.wrap`` says.
 
     FSDP2 shards each module in ``shard_modules`` (e.g. transformer blocks) and then the root, so
@@ -26,7 +27,8 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [rt.device.index] if rt.device.type == "cuda" else None
-        model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_mb, broadcast_buffers=False)
+        model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_mb, broadcast_buffers=False,
+                    find_unused_parameters=find_unused)
     elif wrap == Wrap.fsdp and rt.distributed:
         try:
             from torch.distributed.fsdp import fully_shard

@@ -197,9 +197,25 @@ def train(cfg: ToyConfig, session) -> dict:
             "param_checksum": module_checksum(unwrap(model)), "pid": os.getpid(), "world_size": rt.world_size}
 
 
+def evaluate_checkpoint(cfg: ToyConfig, session, ckpt) -> dict:
+    core = ToyLM(cfg)
+    model = session.wrap(core, shard_modules=list(core.blocks))
+    extra = session.ckpt.restore(model, [], path=ckpt)
+    return {"step": extra["step"], **evaluate(model, session, cfg)}
+
+
+def model_spec(cfg: ToyConfig):
+    from distlab.doctor.memory import ModelSpec
+
+    params = sum(p.numel() for p in ToyLM(cfg).parameters())
+    # activations kept for backward: ~16 floats per token per layer per d_model plus attention scores
+    act = cfg.n_layers * cfg.seq_len * (16 * cfg.d_model + 2 * cfg.n_heads * cfg.seq_len) * 4
+    return ModelSpec("toy", params, activation_bytes_per_example=act, batch_per_device=cfg.global_batch_size)
+
+
 def validate(cfg: ToyConfig, world_size: int) -> None:
     check_divisible(cfg.global_batch_size, world_size, cfg.dist.grad_accum)
 
 
 RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_batch_size",), lr_keys=("lr",),
-                validate=validate)
+                validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec)

@@ -1,0 +1,240 @@
+"""Will the model fit? Per-device memory arithmetic for DDP and FSDP, and measured scaling.
+
+The estimate is deliberately simple arithmetic a person can redo by hand: weights, gradients,
+optimizer state and activations. It is a lower bound (no allocator fragmentation, no DDP bucket
+copies, no FSDP all-gather buffers), so the fit test keeps a safety margin of the free memory.
+Speedups are only ever *read* from a ``distlab bench scaling`` result; anything beyond the
+measured GPU counts is labelled as an estimate, never presented as a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from distlab.errors import DistlabError, near_matches
+
+# Bytes of optimizer state per *trainable* parameter. Adam keeps two fp32 moments.
+OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 8, "adamw": 8, "sgd": 4, "none": 0}
+# Keep this share of free memory in reserve for the allocator, cuDNN workspaces, NCCL buffers.
+SAFETY_FRACTION = 0.9
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the doctor needs to know about a model to size it (the lead builds this from a recipe)."""
+
+    name: str
+    params: int
+    trainable_params: int | None = None
+    activation_bytes_per_example: int = 0
+    batch_per_device: int = 1
+    param_dtype_bytes: int = 4
+    optimizer: str = "adam"
+
+    def __post_init__(self) -> None:
+        if self.params <= 0:
+            raise DistlabError(f"model {self.name!r}: params must be > 0, got {self.params}")
+        if self.trainable_params is not None and not 0 <= self.trainable_params <= self.params:
+            raise DistlabError(f"model {self.name!r}: trainable_params must be in [0, params={self.params}]")
+        if self.batch_per_device < 1 or self.activation_bytes_per_example < 0:
+            raise DistlabError(f"model {self.name!r}: batch_per_device must be >= 1 and activation bytes >= 0")
+        if self.param_dtype_bytes not in (1, 2, 4, 8):
+            raise DistlabError(f"model {self.name!r}: param_dtype_bytes must be 1, 2, 4 or 8, "
+                               f"got {self.param_dtype_bytes}")
+        if self.optimizer not in OPTIMIZER_STATE_BYTES:
+            hint = near_matches(self.optimizer, OPTIMIZER_STATE_BYTES)
+            raise DistlabError(f"model {self.name!r}: unknown optimizer {self.optimizer!r}; use one of "
+                               f"{sorted(OPTIMIZER_STATE_BYTES)}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+
+    @property
+    def trainable(self) -> int:
+        return self.params if self.trainable_params is None else self.trainable_params
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes one rank holds; ``static`` is everything that does not scale with the batch."""
+
+    strategy: str
+    world_size: int
+    params: int
+    grads: int
+    optimizer: int
+    master_weights: int
+    activations: int
+
+    @property
+    def static(self) -> int:
+        return self.params + self.grads + self.optimizer + self.master_weights
+
+    @property
+    def total(self) -> int:
+        return self.static + self.activations
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "static": self.static, "total": self.total}
+
+
+def estimate_memory(spec: ModelSpec, *, strategy: str = "ddp", world_size: int = 1) -> MemoryBreakdown:
+    """Per-rank bytes. DDP replicates everything; FSDP (full shard) divides the static part by world size.
+
+    Below fp32, mixed-precision training keeps an fp32 master copy of trainable weights, which is
+    counted separately so the fp32 case stays the textbook ``16 bytes/param`` for Adam.
+    """
+    if strategy not in ("ddp", "fsdp"):
+        raise DistlabError(f"unknown strategy {strategy!r}; use 'ddp' or 'fsdp'")
+    if world_size < 1:
+        raise DistlabError(f"world_size must be >= 1, got {world_size}")
+    shard = world_size if strategy == "fsdp" else 1
+    master = spec.trainable * 4 if spec.param_dtype_bytes < 4 else 0
+    return MemoryBreakdown(
+        strategy=strategy, world_size=world_size,
+        params=math.ceil(spec.params * spec.param_dtype_bytes / shard),
+        grads=math.ceil(spec.trainable * spec.param_dtype_bytes / shard),
+        optimizer=math.ceil(spec.trainable * OPTIMIZER_STATE_BYTES[spec.optimizer] / shard),
+        master_weights=math.ceil(master / shard),
+        activations=spec.activation_bytes_per_example * spec.batch_per_device,
+    )
+
+
+def max_batch(spec: ModelSpec, breakdown: MemoryBreakdown, usable_bytes: float) -> int:
+    """Largest per-device batch whose activations still fit beside the static memory (0 if none)."""
+    room = usable_bytes - breakdown.static
+    if room <= 0:
+        return 0
+    if spec.activation_bytes_per_example == 0:
+        return spec.batch_per_device
+    return int(room // spec.activation_bytes_per_example)
+
+
+def plan_memory(spec: ModelSpec, *, capacity_bytes: int, world_size: int, device: str) -> dict[str, Any]:
+    """Compare DDP and FSDP against the smallest per-rank capacity and say what to do.
+
+    ``capacity_bytes`` is the free memory of the tightest GPU (every DDP rank holds the same), or
+    on CPU the host's available RAM divided by the number of processes sharing it.
+    """
+    usable = capacity_bytes * SAFETY_FRACTION
+    ddp = estimate_memory(spec, strategy="ddp", world_size=world_size)
+    fsdp = estimate_memory(spec, strategy="fsdp", world_size=world_size)
+    verdict, advice = _recommend(spec, ddp, fsdp, usable, world_size)
+    return {
+        "model": asdict(spec),
+        "device": device,
+        "world_size": world_size,
+        "capacity_bytes": int(capacity_bytes),
+        "usable_bytes": int(usable),
+        "ddp": ddp.to_dict(),
+        "fsdp": fsdp.to_dict(),
+        "verdict": verdict,
+        "recommendation": advice,
+    }
+
+
+def _recommend(spec: ModelSpec, ddp: MemoryBreakdown, fsdp: MemoryBreakdown, usable: float,
+               world_size: int) -> tuple[str, str]:
+    """One verdict key plus a sentence with the concrete number to change."""
+    b = spec.batch_per_device
+    if ddp.total <= usable:
+        return "fits", f"fits with DDP: {_gib(ddp.total)} of {_gib(usable)} usable per rank"
+    n = max_batch(spec, ddp, usable)
+    if n >= 1:
+        accum = math.ceil(b / n)
+        return "reduce_batch", (f"reduce batch_per_device from {b} to {n} and use {accum} gradient-accumulation "
+                                f"steps to keep the same global batch (DDP needs {_gib(ddp.total)}, "
+                                f"{_gib(usable)} usable)")
+    if world_size > 1 and fsdp.total <= usable:
+        return "use_fsdp", (f"use FSDP: weights+grads+optimizer ({_gib(ddp.static)}) do not fit one device, "
+                            f"sharded over {world_size} ranks they need {_gib(fsdp.total)} of {_gib(usable)}")
+    n = max_batch(spec, fsdp, usable) if world_size > 1 else 0
+    if n >= 1:
+        accum = math.ceil(b / n)
+        return "fsdp_reduce_batch", (f"use FSDP over {world_size} ranks with batch_per_device {n} and "
+                                     f"{accum} gradient-accumulation steps")
+    room = usable - spec.activation_bytes_per_example  # batch 1 per rank, the rest by accumulation
+    if room <= 0:
+        return "does_not_fit", (f"does not fit: one example's activations ({_gib(spec.activation_bytes_per_example)}) "
+                                f"exceed the {_gib(usable)} usable; use activation checkpointing or shorter inputs")
+    ranks = math.ceil(ddp.static / room)
+    return "does_not_fit", (f"does not fit: weights+grads+optimizer are {_gib(ddp.static)}; FSDP needs at least "
+                            f"{ranks} devices with {_gib(usable)} usable each (batch 1 per device plus gradient "
+                            f"accumulation), or a smaller model")
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+# ---------------------------------------------------------------------------------------- scaling
+
+DEFAULT_SCALING_DIR = Path("distributed_results")
+
+
+def find_scaling_file(directory: Path = DEFAULT_SCALING_DIR) -> Path | None:
+    """Newest ``distlab bench scaling`` result in ``directory`` (None when nothing was measured)."""
+    files = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime) if directory.is_dir() else []
+    return files[-1] if files else None
+
+
+def speedup_estimates(scaling_file: Path | None, *, extrapolate_to: int = 8) -> dict[str, Any]:
+    """Measured speedup/efficiency from a scaling file, plus clearly labelled Amdahl extrapolations.
+
+    With no file there is no table: the result says nothing was measured rather than quoting
+    folklore numbers.
+    """
+    if scaling_file is None:
+        return {"source": None, "recipe": None, "device": None, "measured": [], "estimates": [],
+                "note": "no scaling measurement found: run `distlab bench scaling` to measure speedups"}
+    data, rows = _load_scaling(scaling_file)
+    base = rows[0]
+    measured = []
+    for r in rows:
+        speedup = r["throughput"] / base["throughput"]
+        measured.append({"gpus": r["gpus"], "throughput": r["throughput"], "speedup": speedup,
+                         "efficiency": speedup / (r["gpus"] / base["gpus"]), "kind": "measured"})
+    serial = _amdahl_serial_fraction(measured, base["gpus"])
+    estimates = []
+    if serial is not None:
+        n = measured[-1]["gpus"] * 2
+        while n <= max(extrapolate_to, measured[-1]["gpus"]):
+            rel = n / base["gpus"]
+            speedup = rel / (1 + serial * (rel - 1))
+            estimates.append({"gpus": n, "speedup": speedup, "efficiency": speedup / rel, "kind": "estimate"})
+            n *= 2
+    note = (f"speedups relative to {base['gpus']} GPU(s), measured; rows marked estimate are an Amdahl fit "
+            f"(serial fraction {serial:.3f}), not measurements" if serial is not None
+            else f"speedups relative to {base['gpus']} GPU(s), measured; too few points to extrapolate")
+    return {"source": str(scaling_file), "recipe": data.get("recipe"), "device": data.get("device"),
+            "measured": measured, "estimates": estimates, "serial_fraction": serial, "note": note}
+
+
+def _load_scaling(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The file's object and its rows sorted by GPU count; schema errors name the file and the expected shape."""
+    shape = 'expected {"recipe": ..., "device": ..., "results": [{"gpus": n, "throughput": x}, ...]}'
+    if not path.is_file():
+        raise DistlabError(f"scaling file {path} does not exist; run `distlab bench scaling` first")
+    try:
+        data = json.loads(path.read_text())
+        rows = [{"gpus": int(r["gpus"]), "throughput": float(r["throughput"])} for r in data["results"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DistlabError(f"scaling file {path} is malformed ({exc}); {shape}") from None
+    rows = [r for r in rows if r["gpus"] >= 1 and r["throughput"] > 0]
+    if not rows:
+        raise DistlabError(f"scaling file {path} has no result with gpus >= 1 and throughput > 0; {shape}")
+    return data, sorted(rows, key=lambda r: r["gpus"])
+
+
+def _amdahl_serial_fraction(measured: list[dict[str, Any]], base_gpus: int) -> float | None:
+    """Mean serial fraction implied by each multi-GPU point (Amdahl: S = n / (1 + s (n - 1)))."""
+    fractions = []
+    for m in measured:
+        rel = m["gpus"] / base_gpus
+        if rel > 1:
+            fractions.append((rel / m["speedup"] - 1) / (rel - 1))
+    if not fractions:
+        return None
+    return min(1.0, max(0.0, sum(fractions) / len(fractions)))

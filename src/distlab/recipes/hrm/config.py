@@ -1,0 +1,58 @@
+"""Configuration of the HRM/TRM recipe; names follow HRM's ``pretrain.py`` where they overlap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from distlab.config import BaseConfig
+from distlab.recipes.hrm.models.config import ArchConfig
+
+
+@dataclass
+class DataConfig:
+    path: str = ""  # an HRM-format dataset dir; empty = derived from the build settings below
+    build: str = "none"  # sudoku | maze | arc | none: build the dataset first if it is missing
+    source: str = "generate"  # builder source (generate, a CSV/txt path, arc1, arc2, a folder)
+    train_size: int = 1000
+    test_size: int = 1000
+    num_aug: int = 0
+    blanks: int = 0  # sudoku only: exactly this many blanks (easy puzzles for CPU demos); 0 = minimal puzzles
+    min_difficulty: float = -1.0  # sudoku: search effort floor (-1 = builder default); maze: min path length
+    seed: int = 0
+    workers: int = 2
+    eval_limit: int = 0  # evaluate on the first N test examples only (0 = all)
+
+    def resolved_path(self) -> Path:
+        if self.path:
+            return Path(self.path)
+        parts = [self.build, f"n{self.train_size}", f"t{self.test_size}", f"aug{self.num_aug}", f"s{self.seed}"]
+        if self.blanks:
+            parts.append(f"b{self.blanks}")
+        if self.min_difficulty >= 0:
+            parts.append(f"d{self.min_difficulty:g}")
+        if self.source != "generate":
+            parts.append(Path(self.source).stem)
+        return Path("data") / "-".join(parts)
+
+
+@dataclass
+class HRMConfig(BaseConfig):
+    data: DataConfig = field(default_factory=DataConfig)
+    arch: ArchConfig = field(default_factory=ArchConfig)
+    global_batch_size: int = 768
+    steps: int = 0  # total optimizer steps; 0 = derived from epochs
+    epochs: float = 1.0  # passes over the training examples (used when steps=0)
+    optimizer: str = "adam_atan2"  # adam_atan2 | adamw
+    lr: float = 1e-4
+    lr_min_ratio: float = 1.0
+    lr_warmup_steps: int = 2000
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 0.1
+    puzzle_emb_lr: float = 1e-2
+    puzzle_emb_weight_decay: float = 0.1
+    clip_grad: float = 0.0  # 0 = off (HRM does not clip)
+    ema: bool = False  # evaluate with an exponential moving average of the weights (TRM)
+    eval_every: int = 0  # steps between evaluations; 0 = only at the end
+    save_predictions: bool = True

@@ -1,0 +1,103 @@
+"""Evaluation on every rank, gathered on rank 0: exact and token accuracy, halting, difficulty, ARC pass@k.
+
+Each rank evaluates a disjoint slice of the test split (padding rows carry no labels, so they are
+never counted); metric sums are reduced exactly, per-example results are gathered for the
+difficulty table, saved predictions and ARC voting.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from distlab.checkpoint import atomic_write_json
+from distlab.recipes.hrm.data.format import PuzzleSplit
+from distlab.sampler import eval_shard
+from distlab.wrap import unwrap
+
+log = logging.getLogger("distlab")
+
+
+def _eval_indices(cfg, split: PuzzleSplit) -> int:
+    n = split.num_examples
+    return min(n, cfg.data.eval_limit) if cfg.data.eval_limit > 0 else n
+
+
+@torch.no_grad()
+def evaluate(cfg, session, model, split: PuzzleSplit, save_dir: Path | None = None) -> dict:
+    from distlab.recipes.hrm.train import make_batch
+
+    rt = session.rt
+    n = _eval_indices(cfg, split)
+    local_batch = max(1, cfg.global_batch_size // rt.world_size)
+    shard = eval_shard(n, local_batch, rt.rank, rt.world_size)
+    arrays = split.example_arrays()
+    was_training = model.training
+    model.eval()
+    sums = {"count": 0.0, "accuracy": 0.0, "exact_accuracy": 0.0, "steps": 0.0, "q_halt_accuracy": 0.0}
+    mine: dict[str, list] = {"index": [], "exact": [], "preds": [], "q_halt": []}
+    for idx, mask in zip(shard.indices, shard.masks):
+        batch = make_batch(split, idx, rt.device, arrays)
+        keep = torch.from_numpy(mask).to(rt.device)
+        batch["labels"][~keep] = -100  # padding rows: no valid token, never counted
+        carry = unwrap(model).initial_carry(batch)
+        while True:
+            with session.autocast():
+                carry, _, metrics, outputs, all_halted = model(carry, batch)
+            if bool(all_halted):
+                break
+        for k in sums:
+            sums[k] += float(metrics[k])
+        labels = batch["labels"]
+        valid = labels != -100
+        exact = ((outputs["preds"] == labels) | ~valid).all(-1)
+        mine["index"].append(idx[mask])
+        mine["exact"].append(exact[keep].cpu().numpy())
+        mine["preds"].append(outputs["preds"][keep].to(torch.int16).cpu().numpy())
+        mine["q_halt"].append(outputs["q_halt_logits"][keep].float().cpu().numpy())
+    if was_training:
+        model.train()
+    tot = rt.reduce_sums(sums)
+    count = max(tot["count"], 1.0)
+    result = {"exact_accuracy": tot["exact_accuracy"] / count, "token_accuracy": tot["accuracy"] / count,
+              "accuracy": tot["accuracy"] / count, "mean_steps": tot["steps"] / count,
+              "q_halt_accuracy": tot["q_halt_accuracy"] / count, "count": int(tot["count"])}
+    local = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in mine.items()}
+    gathered = rt.all_gather_object(local)
+    if rt.is_main:
+        result.update(_per_example_reports(split, gathered, save_dir, session.cfg))
+    return result
+
+
+def _per_example_reports(split: PuzzleSplit, parts: list[dict], save_dir: Path | None, cfg) -> dict:
+    index = np.concatenate([p["index"] for p in parts]).astype(np.int64)
+    exact = np.concatenate([p["exact"] for p in parts]).astype(bool)
+    preds = np.concatenate([p["preds"] for p in parts])
+    q_halt = np.concatenate([p["q_halt"] for p in parts])
+    order = np.argsort(index)
+    index, exact, preds, q_halt = index[order], exact[order], preds[order], q_halt[order]
+    out: dict = {}
+    diff = split.difficulty
+    from distlab.recipes.hrm.buckets import accuracy_by_difficulty, plot_buckets, render_table
+
+    rows = accuracy_by_difficulty(diff[index] if diff is not None else np.full(len(index), np.nan), exact)
+    out["by_difficulty"] = rows
+    arc_meta = Path(split.directory) / "arc_meta.json"
+    if arc_meta.exists():
+        from distlab.recipes.hrm.arc_eval import arc_pass_at_k
+
+        arc = arc_pass_at_k(Path(split.directory), index, preds, q_halt)
+        out.update({k: v for k, v in arc.items() if k.startswith("pass@")})
+        out["arc_tasks"] = arc.get("tasks")
+    if save_dir is not None:
+        save_dir = Path(save_dir)
+        tmp = save_dir / ".predictions.tmp.npz"
+        np.savez_compressed(tmp, index=index, preds=preds, q_halt=q_halt, exact=exact)
+        tmp.replace(save_dir / "predictions.npz")
+        atomic_write_json(save_dir / "by_difficulty.json", rows)
+        (save_dir / "by_difficulty.md").write_text(render_table(rows) + "\n")
+        plot_buckets(rows, save_dir / "by_difficulty.png", f"{cfg.run.name}: exact accuracy by difficulty")
+    return out

@@ -1,0 +1,143 @@
+"""Optimizers and learning-rate schedule for the HRM/TRM recipes.
+
+* Dense weights: Adam-atan2 (Everett et al. 2024), which replaces Adam's ``m / (sqrt(v) + eps)``
+  by ``a * atan2(m, b * sqrt(v))``: bounded, scale invariant and free of the eps hyper-parameter.
+  Provided by the maintained pure-PyTorch ``adam-atan2-pytorch`` package; AdamW is the fallback
+  choice by name.
+* Puzzle embeddings: :class:`SparseSignSGD` on the touched rows only, with its own LR and
+  weight decay (a dense optimizer would keep state for ~1M rows that each see a handful of steps;
+  for such sparse gradients Adam behaves like sign descent anyway).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from distlab.errors import DistlabError, near_matches
+
+from .models.puzzle_emb import SparsePuzzleEmbedding
+
+OPTIMIZERS = ("adam_atan2", "adamw")
+
+
+def cosine_with_warmup(step: int, base_lr: float, warmup_steps: int, total_steps: int,
+                       min_ratio: float = 0.0) -> float:
+    """Linear warm-up to ``base_lr``, then half a cosine down to ``min_ratio * base_lr`` at ``total_steps``."""
+    if step < warmup_steps:
+        return base_lr * step / max(1, warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return base_lr * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def set_lr(optimizers: Iterable[torch.optim.Optimizer], step: int, warmup_steps: int, total_steps: int,
+           min_ratio: float = 0.0) -> list[float]:
+    """Apply the schedule to every param group from its own ``base_lr``; returns the new LRs."""
+    lrs = []
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["lr"] = cosine_with_warmup(step, group["base_lr"], warmup_steps, total_steps, min_ratio)
+            lrs.append(group["lr"])
+    return lrs
+
+
+def adam_atan2(params: Iterable[nn.Parameter], lr: float, weight_decay: float,
+               betas: tuple[float, float] = (0.9, 0.95), a: float = 1.27, b: float = 1.0) -> torch.optim.Optimizer:
+    """Adam-atan2 with AdamW-style weight decay ``p *= 1 - lr * wd`` (decay follows the schedule)."""
+    try:
+        from adam_atan2_pytorch import AdamAtan2
+    except ImportError as exc:
+        raise DistlabError("optimizer adam_atan2 needs the package adam-atan2-pytorch: "
+                           "pip install adam-atan2-pytorch (or set optimizer: adamw)") from exc
+    return AdamAtan2(params, lr=lr, betas=betas, weight_decay=weight_decay, a=a, b=b)
+
+
+def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float = 1e-4, weight_decay: float = 0.1,
+                     betas: tuple[float, float] = (0.9, 0.95), puzzle_emb_lr: float = 1e-2,
+                     puzzle_emb_weight_decay: float = 0.1) -> list[torch.optim.Optimizer]:
+    """Dense optimizer for the parameters plus, when the model has puzzle embeddings, SparseSignSGD.
+
+    Every param group records ``base_lr`` for :func:`set_lr`. ``model`` may be DDP/compile wrapped.
+    """
+    if optimizer not in OPTIMIZERS:
+        hint = near_matches(optimizer, OPTIMIZERS)
+        raise DistlabError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}"
+                           + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+    params = [p for p in model.parameters() if p.requires_grad]
+    dense: torch.optim.Optimizer
+    if optimizer == "adam_atan2":
+        dense = adam_atan2(params, lr, weight_decay, betas)
+    else:
+        dense = torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
+    opts = [dense]
+    emb = _find_puzzle_emb(model)
+    if emb is not None:
+        opts.append(SparseSignSGD(emb, lr=puzzle_emb_lr, weight_decay=puzzle_emb_weight_decay))
+    for opt in opts:
+        for group in opt.param_groups:
+            group["base_lr"] = group["lr"]
+    return opts
+
+
+def _find_puzzle_emb(model: nn.Module) -> SparsePuzzleEmbedding | None:
+    found = [m for m in model.modules() if isinstance(m, SparsePuzzleEmbedding)]
+    return found[0] if found else None
+
+
+class SparseSignSGD(torch.optim.Optimizer):
+    """Distributed sign descent with decoupled weight decay on the rows a step touched.
+
+    Every rank all-gathers the (id, gradient) pairs of its batch, sums gradients per unique id
+    and applies ``w = w * (1 - lr * wd) - lr * sign(g)`` to those rows only. All ranks then hold
+    the same table without ever all-reducing it densely; the result does not depend on how the
+    global batch is split across ranks.
+    """
+
+    def __init__(self, puzzle_emb: SparsePuzzleEmbedding, lr: float = 1e-2, weight_decay: float = 0.1) -> None:
+        if lr < 0 or weight_decay < 0:
+            raise DistlabError(f"puzzle embedding lr ({lr}) and weight_decay ({weight_decay}) must be >= 0")
+        self.puzzle_emb = puzzle_emb
+        super().__init__([puzzle_emb.weights], dict(lr=lr, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure: None = None) -> None:  # type: ignore[override]
+        ids, grads = self.puzzle_emb.pop_local_grads()
+        ids, grads = _all_gather_rows(ids, grads)
+        if ids.numel() == 0:
+            return
+        group = self.param_groups[0]
+        weights = self.puzzle_emb.weights
+        unique, inverse = ids.unique(return_inverse=True)
+        summed = torch.zeros(unique.shape[0], grads.shape[1], dtype=grads.dtype, device=grads.device)
+        summed.index_add_(0, inverse, grads)
+        rows = weights[unique]
+        rows.mul_(1.0 - group["lr"] * group["weight_decay"]).add_(torch.sign(summed).to(rows.dtype), alpha=-group["lr"])
+        weights[unique] = rows
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Gradients live on per-batch copies that :meth:`step` consumes; nothing to clear here."""
+
+
+def _all_gather_rows(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenate every rank's (ids, grads) in rank order; ranks may hold different row counts."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return ids, grads
+    world = dist.get_world_size()
+    count = torch.tensor([ids.shape[0]], dtype=torch.long, device=ids.device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    dist.all_gather(counts, count)
+    sizes = [int(c.item()) for c in counts]
+    longest = max(sizes)
+    pad = longest - ids.shape[0]
+    ids_p = torch.cat([ids, ids.new_zeros(pad)])
+    grads_p = torch.cat([grads, grads.new_zeros(pad, grads.shape[1])])
+    all_ids = [torch.empty_like(ids_p) for _ in range(world)]
+    all_grads = [torch.empty_like(grads_p) for _ in range(world)]
+    dist.all_gather(all_ids, ids_p)
+    dist.all_gather(all_grads, grads_p)
+    return (torch.cat([t[:n] for t, n in zip(all_ids, sizes)]),
+            torch.cat([t[:n] for t, n in zip(all_grads, sizes)]))

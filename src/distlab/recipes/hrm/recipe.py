@@ -1,0 +1,86 @@
+"""The ``hrm`` recipe: HRM, TRM and plain-transformer reasoning models on Sudoku, Maze and ARC."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from distlab.errors import DistlabError
+from distlab.recipe import Recipe
+from distlab.recipes.hrm.config import HRMConfig
+from distlab.sampler import check_divisible
+
+PRESETS = Path(__file__).parent / "presets"
+
+
+def train(cfg: HRMConfig, session) -> dict:
+    from distlab.recipes.hrm.train import ensure_dataset, train as run
+
+    if session.rt.is_main:
+        ensure_dataset(cfg)  # a missing dataset is built once, by rank 0, before the others read it
+    session.rt.barrier("dataset ready", timeout_s=max(cfg.dist.timeout_s, 3600))
+    return run(cfg, session)
+
+
+def validate(cfg: HRMConfig, world_size: int) -> None:
+    """Checks that need no GPU and no data loading, done before any process starts."""
+    check_divisible(cfg.global_batch_size, world_size, 1)
+    path = cfg.data.resolved_path()
+    if cfg.data.build == "none" and not (path / "train" / "dataset.json").exists():
+        raise DistlabError(f"dataset {path} not found; build it with `distlab data sudoku --output-dir {path}` "
+                           f"(or maze/arc), or set data.build=sudoku to build it automatically")
+    if cfg.data.build not in ("none", "sudoku", "maze", "arc"):
+        raise DistlabError(f"data.build={cfg.data.build!r} is not one of sudoku, maze, arc, none")
+    if cfg.optimizer not in ("adam_atan2", "adamw"):
+        raise DistlabError(f"optimizer={cfg.optimizer!r} is not one of adam_atan2, adamw")
+
+
+def evaluate_checkpoint(cfg: HRMConfig, session, ckpt: Path) -> dict:
+    from distlab.recipes.hrm.data.format import load_split
+    from distlab.recipes.hrm.evaluation import evaluate
+    from distlab.recipes.hrm.optim import SparseSignSGD
+    from distlab.recipes.hrm.train import build, metadata_dict
+
+    data_dir = cfg.data.resolved_path()
+    test = load_split(data_dir, "test")
+    model, opts, ema = build(cfg, session, metadata_dict(load_split(data_dir, "train")))
+    extra = session.ckpt.restore(model, [o for o in opts if not isinstance(o, SparseSignSGD)], path=ckpt)
+    out_dir = Path(ckpt).parent.parent / "eval" / Path(ckpt).name
+    if session.rt.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    session.rt.barrier("eval dir")
+    if ema is not None and (extra.get("rank_state") or {}).get("ema"):
+        from distlab.wrap import unwrap
+
+        ema.load_state_dict(extra["rank_state"]["ema"])
+        with ema.apply_to(unwrap(model)):
+            metrics = evaluate(cfg, session, model, test, save_dir=out_dir if session.rt.is_main else None)
+    else:
+        metrics = evaluate(cfg, session, model, test, save_dir=out_dir if session.rt.is_main else None)
+    return {"step": extra["step"], **metrics}
+
+
+def model_spec(cfg: HRMConfig):
+    from distlab.doctor.memory import ModelSpec
+    from distlab.recipes.hrm.models.build import build_model
+
+    seq = 81 if cfg.data.build in ("sudoku", "none") else 900
+    meta = {"vocab_size": 12, "seq_len": seq, "num_puzzle_identifiers": 1}
+    params = sum(p.numel() for p in build_model(cfg.arch, meta).parameters())
+    a = cfg.arch
+    # activations of the differentiated blocks (HRM's one-step gradient keeps few): ~34 bytes/elt/layer
+    layers = a.L_layers + a.H_layers if a.name == "hrm" else (a.L_layers * (a.L_cycles + 1) if a.name == "trm"
+                                                              else a.num_layers)
+    act = layers * seq * a.hidden_size * 34
+    return ModelSpec(f"hrm/{a.name}", params, activation_bytes_per_example=act,
+                     batch_per_device=cfg.global_batch_size, optimizer="adam")
+
+
+def register_commands(data_subparsers) -> None:
+    from distlab.recipes.hrm.data.cli import register
+
+    register(data_subparsers)
+
+
+RECIPE = Recipe(name="hrm", config=HRMConfig, train=train, presets_dir=PRESETS,
+                batch_keys=("global_batch_size",), lr_keys=("lr",), validate=validate,
+                evaluate=evaluate_checkpoint, model_spec=model_spec, register_commands=register_commands)

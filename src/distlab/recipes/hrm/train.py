@@ -1,0 +1,190 @@
+"""HRM/TRM training loop on the core: ACT carry, sparse puzzle embeddings, periodic evaluation.
+
+One optimizer step consumes one global batch, but under ACT only the sequences that halted in the
+previous segment take new examples; the rest keep their recurrent state (deep supervision). The
+carry is per-rank state, saved with each checkpoint so a resume on the same world size continues
+exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from distlab.recipes.hrm.config import HRMConfig
+from distlab.recipes.hrm.data.format import PuzzleSplit, load_split
+from distlab.recipes.hrm.evaluation import evaluate
+from distlab.recipes.hrm.flops import flops_per_example
+from distlab.recipes.hrm.models.build import build_model
+from distlab.recipes.hrm.models.ema import EMA
+from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers, set_lr
+from distlab.sampler import GlobalBatchSampler
+from distlab.wrap import clip_grad, unwrap
+
+log = logging.getLogger("distlab")
+
+
+def make_batch(split: PuzzleSplit, idx: np.ndarray, device: torch.device, arrays=None) -> dict[str, torch.Tensor]:
+    """Rows ``idx`` as tensors; labels equal to the dataset's ignore id become -100."""
+    inputs, labels, pids = arrays if arrays is not None else split.example_arrays()
+    order = np.argsort(idx, kind="stable")  # memory-mapped reads are faster in index order
+    sorted_idx = idx[order]
+    inv = np.empty_like(order)
+    inv[order] = np.arange(len(order))
+    x = torch.from_numpy(np.asarray(inputs[sorted_idx])[inv].astype(np.int64))
+    y = torch.from_numpy(np.asarray(labels[sorted_idx])[inv].astype(np.int64))
+    y[y == split.metadata.ignore_label_id] = -100
+    p = torch.from_numpy(np.asarray(pids[sorted_idx])[inv].astype(np.int64))
+    return {"inputs": x.to(device, non_blocking=True), "labels": y.to(device, non_blocking=True),
+            "puzzle_identifiers": p.to(device, non_blocking=True)}
+
+
+def total_steps(cfg: HRMConfig, num_examples: int) -> int:
+    if cfg.steps > 0:
+        return cfg.steps
+    return max(1, math.ceil(cfg.epochs * num_examples / cfg.global_batch_size))
+
+
+def metadata_dict(split: PuzzleSplit) -> dict:
+    m = split.metadata
+    return {"vocab_size": m.vocab_size, "seq_len": m.seq_len, "num_puzzle_identifiers": m.num_puzzle_identifiers}
+
+
+def build(cfg: HRMConfig, session, meta: dict):
+    """Model (wrapped), dense optimizers, sparse optimizer and EMA, identical on every rank."""
+    rt = session.rt
+    rt.seed_everything(cfg.run.seed)
+    core = build_model(cfg.arch, meta)
+    if cfg.dist.verify_init:
+        rt.verify_identical(core, "initial parameters")
+    unused = cfg.arch.act in ("fixed", "none")  # the Q head gets no gradient then
+    model = session.wrap(core, find_unused=unused)
+    opts = build_optimizers(unwrap(model), cfg.optimizer, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2),
+                            cfg.puzzle_emb_lr, cfg.puzzle_emb_weight_decay)
+    ema = EMA(unwrap(model), 0.999 if cfg.arch.ema_decay is None else cfg.arch.ema_decay) if cfg.ema else None
+    return model, opts, ema
+
+
+def train(cfg: HRMConfig, session) -> dict:
+    rt = session.rt
+    data_dir = cfg.data.resolved_path()
+    train_split, test_split = load_split(data_dir, "train"), load_split(data_dir, "test")
+    meta = metadata_dict(train_split)
+    model, opts, ema = build(cfg, session, meta)
+    dense = [o for o in opts if not isinstance(o, SparseSignSGD)]  # the sparse table lives in the model state
+    steps = total_steps(cfg, train_split.num_examples)
+    sampler = GlobalBatchSampler(train_split.num_examples, cfg.global_batch_size, rt.rank, rt.world_size,
+                                 cfg.run.seed)
+    step, carry, elapsed_before = 0, None, 0.0
+    extra = session.restore(model, dense)
+    if extra:
+        step, elapsed_before = extra["step"], extra.get("elapsed_s", 0.0)
+        sampler.load_state_dict(extra["sampler"])
+        if ema is not None and extra.get("rank_state", {}).get("ema"):
+            ema.load_state_dict(extra["rank_state"]["ema"])
+        carry = (extra.get("rank_state") or {}).get("carry")
+        if carry is None:
+            log.warning("ACT carry not restored (new world size): in-flight sequences restart from fresh data")
+    arrays = train_split.example_arrays()
+    flops_step = flops_per_example(cfg.arch, meta, training=True) * cfg.global_batch_size
+    progress, meter = session.progress(steps, step), session.throughput()
+    seq_tokens = meta["seq_len"] * cfg.global_batch_size
+    status, last, t_start, flops_done = "completed", {}, time.perf_counter(), flops_step * step
+    model.train()
+    while step < steps:
+        batch = make_batch(train_split, sampler.next(), rt.device, arrays)
+        if carry is None:
+            carry = unwrap(model).initial_carry(batch)
+        with session.autocast():
+            carry, loss, metrics, _, _ = model(carry, batch)
+        ((loss / cfg.global_batch_size) * rt.world_size).backward()  # DDP averages; HRM's loss is a global sum
+        gnorm = clip_grad(model, cfg.clip_grad) if cfg.clip_grad > 0 else float("nan")
+        lrs = set_lr(opts, step, cfg.lr_warmup_steps, steps, cfg.lr_min_ratio)
+        for opt in opts:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if ema is not None:
+            ema.update(unwrap(model))
+        step += 1
+        flops_done += flops_step
+        meter.add(cfg.global_batch_size, seq_tokens, flops_step)
+        if step % cfg.log.every == 0 or step == steps:
+            tot = rt.reduce_sums({k: float(v) for k, v in metrics.items()})
+            count = max(tot.pop("count"), 1.0)
+            last = {k: v / count for k, v in tot.items()}
+            last = {"loss": last.pop("lm_loss"), **last, "halted": count, "lr": lrs[0], "grad_norm": gnorm}
+            session.metrics.log(step, {**last, **meter.report(), "epoch": sampler.epoch})
+            progress.update(step, loss=last["loss"], acc=last.get("accuracy", 0.0))
+        else:
+            progress.update(step)
+        elapsed = elapsed_before + time.perf_counter() - t_start
+        if cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
+            _eval(cfg, session, model, ema, test_split, step, flops_done, elapsed, final=False)
+        stop = session.stop_requested(step) and step < steps
+        if session.due(step) or stop or step == steps:
+            rank_state = {"carry": carry, "ema": ema.state_dict() if ema else None}
+            session.save(step, model, dense, {"step": step, "sampler": sampler.state_dict(), "elapsed_s": elapsed},
+                         rank_state)
+        if stop:
+            status = "preempted"
+            break
+    progress.close()
+    result = {"status": status, "step": step, "steps": steps, "train": last, "data": str(data_dir)}
+    if status == "completed":
+        elapsed = elapsed_before + time.perf_counter() - t_start
+        result["eval"] = _eval(cfg, session, model, ema, test_split, step, flops_done, elapsed, final=True)
+    return result
+
+
+def _eval(cfg, session, model, ema, split, step, flops_done, elapsed, final: bool) -> dict:
+    def run():
+        return evaluate(cfg, session, model, split, save_dir=session.run_dir if final else None)
+
+    if ema is not None:
+        with ema.apply_to(unwrap(model)):
+            out = run()
+    else:
+        out = run()
+    row = {k: v for k, v in out.items() if isinstance(v, (int, float))}
+    row.update(flops=flops_done, gpu_seconds=elapsed * session.rt.world_size, wall_s=elapsed)
+    session.metrics.log(step, row, split="eval")
+    if session.rt.is_main:
+        log.info("eval @%d: exact %.4f token %.4f (n=%d)", step, out["exact_accuracy"], out["token_accuracy"],
+                 out["count"])
+    return {**out, **row}
+
+
+def ensure_dataset(cfg: HRMConfig) -> Path:
+    """Build the dataset named by the config if it is missing (used by demos and suites)."""
+    from distlab.errors import DistlabError
+
+    path = cfg.data.resolved_path()
+    if (path / "train" / "dataset.json").exists() and (path / "test" / "dataset.json").exists():
+        return path
+    if cfg.data.build == "none":
+        raise DistlabError(f"dataset {path} not found; build it (distlab data sudoku|maze|arc --output-dir {path}) or "
+                           f"set data.build=sudoku|maze|arc to build it automatically")
+    from distlab.recipes.hrm.data import arc, maze, sudoku
+
+    d = cfg.data
+    if d.build == "sudoku":
+        kw = {"min_difficulty": d.min_difficulty} if d.min_difficulty >= 0 else {}
+        if d.blanks:
+            kw["blanks"] = d.blanks
+        sudoku.build_sudoku(path, source=d.source, train_size=d.train_size, test_size=d.test_size,
+                            num_aug=d.num_aug, seed=d.seed, workers=d.workers, **kw)
+    elif d.build == "maze":
+        kw = {"min_path_length": int(d.min_difficulty)} if d.min_difficulty >= 0 else {}
+        maze.build_maze(path, source=d.source, train_size=d.train_size, test_size=d.test_size,
+                        aug=d.num_aug > 0, seed=d.seed, **kw)
+    elif d.build == "arc":
+        arc.build_arc(path, source=d.source if d.source != "generate" else "arc1", num_aug=d.num_aug, seed=d.seed,
+                      workers=d.workers)
+    else:
+        raise DistlabError(f"data.build={d.build!r} is not one of sudoku, maze, arc, none")
+    return path

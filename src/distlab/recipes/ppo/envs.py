@@ -1,0 +1,107 @@
+"""Vectorised environments for PPO: any registered Gymnasium id, masked-velocity variants, ``trading``.
+
+Sub-environments auto-reset in the same step they finish (the reset observation is returned with
+``done=True``), which is the convention the rollout/GAE code assumes: ``dones[t]`` marks the first
+observation of a new episode. Gymnasium >= 1.1 needs that asked for explicitly; 0.29 does it by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from distlab.errors import DistlabError, near_matches
+
+# Observation entries that are velocities; hiding them turns a Markov task into a memory task.
+VELOCITY_INDICES: dict[str, list[int]] = {
+    "CartPole": [1, 3],
+    "Pendulum": [2],
+    "MountainCar": [1],
+    "MountainCarContinuous": [1],
+    "Acrobot": [4, 5],
+    "LunarLander": [2, 3, 5],
+    "LunarLanderContinuous": [2, 3, 5],
+}
+
+
+class MaskVelocity(gym.ObservationWrapper):
+    """Zero the velocity entries of the observation so the agent must infer them from history."""
+
+    def __init__(self, env: gym.Env, indices: list[int] | None = None):
+        super().__init__(env)
+        if indices is None:
+            name = env.spec.name if env.spec is not None else ""
+            if name not in VELOCITY_INDICES:
+                raise DistlabError(f"no velocity indices known for {name or env!r}: pass mask_indices "
+                                   f"explicitly or use one of {sorted(VELOCITY_INDICES)}")
+            indices = VELOCITY_INDICES[name]
+        self.mask = np.ones(env.observation_space.shape, dtype=env.observation_space.dtype)
+        self.mask[indices] = 0
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation * self.mask
+
+
+def _thunk(env_id: str, seed: int, mask_velocity: bool, mask_indices: list[int] | None,
+           trading_market: Any, kw: dict) -> Callable[[], gym.Env]:
+    def make() -> gym.Env:
+        if env_id == "trading":
+            from distlab.recipes.ppo.trading import make_trading_env
+            env = make_trading_env(market=trading_market, **kw)
+        else:
+            env = gym.make(env_id, **kw)
+        if mask_velocity:
+            env = MaskVelocity(env, mask_indices)
+        env.action_space.seed(seed)
+        return env
+    return make
+
+
+def _check_id(env_id: str) -> None:
+    if env_id != "trading" and env_id not in gym.registry:
+        hint = near_matches(env_id, list(gym.registry) + ["trading"])
+        raise DistlabError(f"unknown environment id {env_id!r}" + (f"; did you mean {hint}?" if hint else
+                                                                  ": use a registered Gymnasium id or 'trading'"))
+
+
+def make_vec_env(env_id: str, num_envs: int, seed: int, asynchronous: bool = False,
+                 mask_velocity: bool = False, mask_indices: list[int] | None = None, **kw: Any) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of ``env_id`` with episode statistics in ``infos['episode']``.
+
+    ``kw`` goes to ``gym.make`` (or to :func:`make_trading_env` for ``trading``; the market is
+    loaded once here and shared by the copies). Reset it with ``seed=seed`` so copy i gets
+    ``seed + i``; action spaces are seeded the same way here.
+    """
+    if num_envs < 1:
+        raise DistlabError(f"num_envs={num_envs}: need at least one environment")
+    _check_id(env_id)
+    market = None
+    if env_id == "trading" and kw.get("market") is None:
+        from distlab.recipes.ppo.trading import load_market
+        need_turb = kw.pop("turbulence", None)
+        if need_turb is None:
+            need_turb = kw.get("turbulence_threshold") is not None
+        market = load_market(kw.pop("data", None), need_turb or None)
+    elif env_id == "trading":
+        market = kw.pop("market")
+    fns = [_thunk(env_id, seed + i, mask_velocity, mask_indices, market, kw) for i in range(num_envs)]
+    cls = gym.vector.AsyncVectorEnv if asynchronous else gym.vector.SyncVectorEnv
+    mode = getattr(gym.vector, "AutoresetMode", None)
+    if mode is not None:
+        venv = cls(fns, autoreset_mode=mode.SAME_STEP)
+        venv = gym.wrappers.vector.RecordEpisodeStatistics(venv)
+    else:  # gymnasium 0.29: same-step autoreset is the only mode
+        venv = gym.wrappers.RecordEpisodeStatistics(cls(fns))
+    return venv
+
+
+def finished_episodes(infos: dict) -> tuple[list[float], list[int]]:
+    """Returns and lengths of the episodes that ended in this vector step."""
+    ep = infos.get("episode")
+    if ep is None:
+        return [], []
+    mask = np.asarray(infos.get("_episode", np.ones(len(ep["r"]), bool)), bool)
+    return [float(r) for r in np.asarray(ep["r"])[mask]], [int(v) for v in np.asarray(ep["l"])[mask]]

@@ -1,0 +1,275 @@
+"""SLURM batch scripts for a suite: one job array per experiment (one task per seed), preemption-safe.
+
+Time limits and preemption are the normal way long runs end on shared clusters, so every script is built to
+survive them: SLURM sends the batch shell SIGUSR1 ``signal_s`` seconds early (``--signal=B:USR1@N``), the
+shell forwards it to the training processes, the trainer checkpoints at the next step boundary and exits with
+:data:`REQUEUE_EXIT_CODE`, and the shell requeues the job. The requeued job runs the very same command, and
+the trainer resumes from the newest checkpoint in its ``run.dir``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from distlab.errors import DistlabError
+from distlab.suite.document import atomic_write_text
+from distlab.suite.spec import Suite
+
+REQUEUE_EXIT_CODE = 75  # EX_TEMPFAIL: "checkpointed because asked to stop; run me again"
+_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+_MEM_RE = re.compile(r"^\d+[KMGT]?$")
+TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+
+
+@dataclass(frozen=True)
+class SbatchOptions:
+    """The ``#SBATCH`` header of one job (array)."""
+
+    job_name: str
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: int = 1
+    mem: str = "4G"
+    time: str = "01:00:00"
+    array_size: int = 1
+    output: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    workdir: str | None = None
+    requeue: bool = True
+    signal_s: int = 120
+    extra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SlurmBundle:
+    """What :func:`write_slurm_scripts` wrote."""
+
+    scripts: list[Path]
+    submit_all: Path
+    log_dir: Path
+
+
+def write_slurm_scripts(suite: Suite, out_dir: str | os.PathLike, *, gpus_per_node: int, nodes: int,
+                        cpus_per_task: int, mem: str, time: str, seeds: int | Iterable[int],
+                        partition: str | None = None, account: str | None = None,
+                        extra_sbatch: Sequence[str] = (), smoke: bool = False, python: str = "python",
+                        requeue: bool = True, signal_s: int = 120, procs_per_node: int | None = None,
+                        results_root: str = "experiment_results", workdir: str | None = None) -> SlurmBundle:
+    """One ``<experiment>.sbatch`` per experiment (seeds = array tasks) and an executable ``submit_all.sh``.
+
+    Jobs run in the directory ``submit_all.sh`` is called from (or ``workdir``), where ``run.dir`` paths
+    (``<results_root>/<suite>/<exp>/seed<k>``) are created. One node runs ``distlab train ... --procs N``;
+    several nodes run ``srun`` + ``torch.distributed.run`` with a c10d rendezvous on the first node.
+    """
+    _validate(gpus_per_node, nodes, cpus_per_task, mem, time, signal_s)
+    procs = procs_per_node if procs_per_node is not None else max(1, gpus_per_node)
+    if procs < 1:
+        raise DistlabError(f"procs_per_node={procs}: need at least one training process per node")
+    out = Path(out_dir).resolve()
+    log_dir = out / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    specs = suite.runs(seeds, smoke=smoke, root=results_root)
+    scripts = []
+    for exp in suite.experiments:
+        runs = [r for r in specs if r.experiment == exp]
+        opts = SbatchOptions(job_name=f"{suite.name}-{exp}", nodes=nodes, gpus_per_node=gpus_per_node,
+                             cpus_per_task=cpus_per_task, mem=mem, time=time, array_size=len(runs),
+                             output=str(log_dir / "%x_%A_%a.out"), partition=partition, account=account,
+                             workdir=workdir, requeue=requeue, signal_s=signal_s, extra=tuple(extra_sbatch))
+        commands = [_train_args(r.argv(suite.recipe), procs if nodes == 1 else 1) for r in runs]
+        launcher = _launcher(python, nodes, procs)
+        path = out / f"{exp}.sbatch"
+        done = [str(r.out_dir / "summary.json") for r in runs]
+        atomic_write_text(path, render_script(opts, commands, launcher, setup=_setup(nodes), done_files=done,
+                                              python=python))
+        path.chmod(0o755)
+        scripts.append(path)
+    submit = out / "submit_all.sh"
+    atomic_write_text(submit, render_submit_all(suite.name, scripts, log_dir))
+    submit.chmod(0o755)
+    return SlurmBundle(scripts, submit, log_dir)
+
+
+def sbatch_header(opts: SbatchOptions) -> list[str]:
+    """``#SBATCH`` lines; ``--gres`` only when GPUs are asked for, so CPU-only clusters accept the script."""
+    lines = [f"--job-name={opts.job_name}", f"--nodes={opts.nodes}", "--ntasks-per-node=1",
+             f"--cpus-per-task={opts.cpus_per_task}", f"--mem={opts.mem}", f"--time={opts.time}",
+             f"--array=0-{opts.array_size - 1}"]
+    if opts.gpus_per_node > 0:
+        lines.append(f"--gres=gpu:{opts.gpus_per_node}")
+    if opts.output:
+        lines += [f"--output={opts.output}", "--open-mode=append"]  # a requeued run appends to the same log
+    if opts.partition:
+        lines.append(f"--partition={opts.partition}")
+    if opts.account:
+        lines.append(f"--account={opts.account}")
+    if opts.workdir:
+        lines.append(f"--chdir={opts.workdir}")
+    lines.append("--requeue" if opts.requeue else "--no-requeue")
+    lines.append(f"--signal=B:USR1@{opts.signal_s}")
+    out = [f"#SBATCH {line}" for line in lines]
+    out += [e if e.startswith("#SBATCH") else f"#SBATCH {e}" for e in opts.extra]
+    return out
+
+
+def render_script(opts: SbatchOptions, commands: Sequence[Sequence[str]], launcher: str = "",
+                  setup: str = "", done_files: Sequence[str] | None = None, python: str = "python") -> str:
+    """A complete sbatch script: header, per-array-index command, signal forwarding and requeue.
+
+    ``commands[i]`` is the argv of array task i (quoted here); ``launcher`` is raw bash words put in front
+    of it (it may use variables such as ``$MASTER_ADDR``); ``setup`` is raw bash run before launching.
+    ``done_files[i]`` is the file whose presence (and, for JSON, a ``status`` other than ``completed`` absent)
+    means task i finished: after SIGUSR1 the job is requeued unless it exists, whatever the exit status was.
+    """
+    if len(commands) != opts.array_size:
+        raise DistlabError(f"{len(commands)} commands for an array of {opts.array_size} tasks")
+    if done_files is not None and len(done_files) != len(commands):
+        raise DistlabError(f"{len(done_files)} done files for {len(commands)} commands")
+    cases = []
+    for i, cmd in enumerate(commands):
+        done = f" DONE={shlex.quote(str(done_files[i]))};" if done_files is not None else ""
+        cases.append(f"  {i}) CMD=({' '.join(shlex.quote(a) for a in cmd)});{done} ;;")
+    requeue_block = _REQUEUE if opts.requeue else _NO_REQUEUE
+    return "\n".join(["#!/bin/bash", *sbatch_header(opts), _BODY.format(
+        cases="\n".join(cases), launcher=launcher, setup=setup, requeue_exit=REQUEUE_EXIT_CODE,
+        requeue_block=requeue_block, python=shlex.quote(python), signals=TORCHRUN_SIGNALS)])
+
+
+def render_submit_all(suite_name: str, scripts: Sequence[Path], log_dir: Path) -> str:
+    names = " ".join(shlex.quote(p.name) for p in scripts)
+    return _SUBMIT.format(suite=suite_name, names=names, log_dir=shlex.quote(str(log_dir)))
+
+
+def _train_args(argv: list[str], procs: int) -> list[str]:
+    """``train <recipe> [--procs N] overrides...``: options before the free-form overrides."""
+    return [*argv[:2], "--procs", str(procs), *argv[2:]] if procs > 1 else list(argv)
+
+
+def _launcher(python: str, nodes: int, procs: int) -> str:
+    py = shlex.quote(python)
+    if nodes == 1:
+        return f"{py} -m distlab.cli"
+    return (f'srun --ntasks-per-node=1 --kill-on-bad-exit=1 {py} -m torch.distributed.run '
+            f'--nnodes "$SLURM_NNODES" --nproc-per-node {procs} --rdzv-id "$SLURM_JOB_ID" '
+            f'--rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" -m distlab.cli')
+
+
+def _setup(nodes: int) -> str:
+    if nodes == 1:
+        return ""
+    return _MULTINODE_SETUP
+
+
+def _validate(gpus: int, nodes: int, cpus: int, mem: str, time: str, signal_s: int) -> None:
+    if nodes < 1:
+        raise DistlabError(f"nodes={nodes}: need at least 1 node")
+    if gpus < 0:
+        raise DistlabError(f"gpus_per_node={gpus}: use 0 for a CPU cluster or the GPUs each node has")
+    if cpus < 1:
+        raise DistlabError(f"cpus_per_task={cpus}: need at least 1 CPU")
+    if not _MEM_RE.match(str(mem)):
+        raise DistlabError(f"mem={mem!r} is not a SLURM memory size; write e.g. 64G, 512M or 16000 (MB)")
+    if not _TIME_RE.match(str(time)):
+        raise DistlabError(f"time={time!r} is not a SLURM time; write e.g. 12:00:00, 90 (minutes) or 2-00:00:00")
+    if not 0 < signal_s <= 65535:
+        raise DistlabError(f"signal_s={signal_s}: give the seconds before the time limit to warn, 1..65535")
+
+
+_BODY = r"""
+# Generated by distlab. SIGUSR1 arrives before the time limit (or via scancel --signal=USR1 --batch):
+# it is forwarded to the training processes, which checkpoint and exit {requeue_exit}; the job is then requeued
+# and the same command resumes from the run's latest checkpoint.
+set -u
+REQUEUE_EXIT={requeue_exit}
+PYTHON={python}
+DONE=""
+# torchrun (also inside 'distlab train --procs N') passes on only the signals listed in --signals-to-handle,
+# read from PET_SIGNALS_TO_HANDLE (recent torch). With SIGUSR1 listed it forwards it to the workers and then exits
+# non-zero itself; without it SIGUSR1 would kill it before any worker checkpointed.
+export PET_SIGNALS_TO_HANDLE=${{PET_SIGNALS_TO_HANDLE:-{signals}}}
+case "${{SLURM_ARRAY_TASK_ID:-0}}" in
+{cases}
+  *) echo "[distlab] no command for array task ${{SLURM_ARRAY_TASK_ID}}" >&2; exit 2 ;;
+esac
+{setup}
+echo "[distlab] $(date '+%F %T') job ${{SLURM_JOB_ID:-?}} task ${{SLURM_ARRAY_TASK_ID:-0}}" \
+  "restart ${{SLURM_RESTART_COUNT:-0}} on $(hostname)"
+
+GOT_SIGNAL=0
+INTERRUPTED=0
+CHILD=""
+forward_usr1() {{
+  GOT_SIGNAL=1
+  INTERRUPTED=1
+  echo "[distlab] $(date '+%F %T') SIGUSR1: asking training (pid ${{CHILD}}) to checkpoint and stop" >&2
+  [ -n "$CHILD" ] && kill -USR1 "$CHILD" 2>/dev/null
+}}
+trap forward_usr1 USR1
+
+LAUNCH=({launcher})
+"${{LAUNCH[@]}}" "${{CMD[@]}}" &
+CHILD=$!
+# 'wait' returns early when a trapped signal arrives; keep waiting until the child really exits.
+RC=""
+while :; do
+  INTERRUPTED=0
+  wait "$CHILD"; STATUS=$?
+  if [ "$STATUS" = 127 ] && [ -n "$RC" ]; then break; fi
+  RC=$STATUS
+  [ "$INTERRUPTED" = 1 ] || break
+done
+echo "[distlab] $(date '+%F %T') training exited with status $RC"
+# Finished = the done file exists and, if it is a JSON summary, does not say the run stopped early.
+finished() {{
+  [ -n "$DONE" ] && [ -f "$DONE" ] && "$PYTHON" -c 'import json, sys
+try:
+    status = json.load(open(sys.argv[1])).get("status", "completed")
+except Exception:
+    status = "completed"
+sys.exit(status != "completed")' "$DONE"
+}}
+{requeue_block}
+"""
+
+_REQUEUE = r"""# Requeue when training says so (exit $REQUEUE_EXIT) or after SIGUSR1 unless the run finished anyway
+# (without a done file: unless it exited 0).
+if [ "$GOT_SIGNAL" = 1 ]; then
+  if [ -n "$DONE" ]; then finished && WANT=0 || WANT=1; else [ "$RC" != 0 ] && WANT=1 || WANT=0; fi
+else
+  WANT=0
+fi
+if [ "$RC" = "$REQUEUE_EXIT" ] || [ "$WANT" = 1 ]; then
+  echo "[distlab] requeueing job ${SLURM_JOB_ID}; the next start resumes from the latest checkpoint"
+  scontrol requeue "${SLURM_JOB_ID}" || exit "$RC"
+  exit 0
+fi
+exit "$RC"
+"""
+
+_NO_REQUEUE = r"""if [ "$RC" = "$REQUEUE_EXIT" ]; then
+  echo "[distlab] checkpointed; requeue is off, resubmit this script to resume"
+fi
+exit "$RC"
+"""
+
+_MULTINODE_SETUP = r"""MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}
+export MASTER_ADDR MASTER_PORT"""
+
+_SUBMIT = r"""#!/bin/bash
+# Submit every experiment of suite '{suite}' (seeds run as job array tasks).
+# Run from the project root: jobs start in the directory sbatch is called from, where run dirs are created.
+set -euo pipefail
+HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+mkdir -p {log_dir}
+for script in {names}; do
+  jobid=$(sbatch --parsable "$HERE/$script")
+  echo "$script -> job $jobid"
+done
+"""

@@ -1,0 +1,104 @@
+import json
+import logging
+
+import pytest
+import torch
+
+from distlab.checkpoint import CheckpointManager, export_model, verify_checkpoint
+from distlab.dist import Runtime
+from distlab.errors import DistlabError
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def _train_step(model, opt):
+    loss = model(torch.ones(3, 4)).pow(2).sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def _save_steps(tmp_path, steps, keep_last=5):
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    mgr = CheckpointManager(tmp_path / "ck", Runtime(), keep_last=keep_last)
+    weights = {}
+    for s in steps:
+        _train_step(model, opt)
+        mgr.save(s, model, [opt], {"step": s, "sampler": {"position": s * 10}})
+        weights[s] = [p.detach().clone() for p in model.parameters()]
+    return mgr, weights
+
+
+def test_roundtrip_restores_model_optimizer_and_extra(tmp_path):
+    mgr, weights = _save_steps(tmp_path, [1, 2])
+    model = _model(seed=5)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    extra = mgr.restore(model, [opt])
+    assert extra["step"] == 2 and extra["sampler"] == {"position": 20}
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights[2]))
+    assert opt.state_dict()["state"][0]["step"] == 2  # Adam moments came back too
+    assert (tmp_path / "ck" / "latest").read_text().strip() == "step00000002"
+
+
+def test_keep_last_prunes(tmp_path):
+    mgr, _ = _save_steps(tmp_path, [1, 2, 3, 4], keep_last=2)
+    assert [p.name for p in mgr.steps()] == ["step00000003", "step00000004"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete_manifest"])
+def test_corrupted_latest_falls_back_with_warning(tmp_path, caplog, damage):
+    mgr, weights = _save_steps(tmp_path, [1, 2])
+    newest = mgr.steps()[-1]
+    data = max((p for p in newest.rglob("*.distcp")), key=lambda p: p.stat().st_size)
+    if damage == "truncate":
+        data.write_bytes(data.read_bytes()[:-7])
+    elif damage == "flip":
+        raw = bytearray(data.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        data.write_bytes(bytes(raw))
+    else:
+        (newest / "MANIFEST.json").unlink()
+    assert verify_checkpoint(newest) is not None
+    model = _model(seed=9)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    with caplog.at_level(logging.WARNING, logger="distlab"):
+        logging.getLogger("distlab").propagate = True
+        extra = mgr.restore(model, [opt])
+    assert extra["step"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights[1]))
+    assert "step00000002" in caplog.text and "falling back" in caplog.text
+
+
+def test_unfinished_write_is_ignored(tmp_path):
+    mgr, _ = _save_steps(tmp_path, [1])
+    (tmp_path / "ck" / ".tmp-step00000002").mkdir()
+    assert mgr.latest_valid().name == "step00000001"
+
+
+def test_export_single_file(tmp_path):
+    mgr, weights = _save_steps(tmp_path, [3])
+    out = export_model(mgr.steps()[-1], tmp_path / "model.pt")
+    blob = torch.load(out, weights_only=False)
+    model = _model(seed=1)
+    model.load_state_dict(blob["model"])
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights[3])) and blob["step"] == 3
+
+
+def test_keep_last_zero_refused(tmp_path):
+    with pytest.raises(DistlabError, match="keep_last"):
+        CheckpointManager(tmp_path, Runtime(), keep_last=0)
+
+
+def test_async_save_finishes(tmp_path):
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    mgr = CheckpointManager(tmp_path / "ck", Runtime(), async_save=True)
+    _train_step(model, opt)
+    mgr.save(1, model, [opt], {"step": 1})
+    mgr.wait()
+    assert verify_checkpoint(mgr.steps()[-1]) is None
+    assert json.loads((mgr.steps()[-1] / "extra.json").read_text())["step"] == 1

@@ -1,0 +1,77 @@
+import time
+
+import pytest
+import torch
+
+from distlab.dist import Runtime, detect_env, init_runtime
+from distlab.errors import DistlabError
+from mp import run_ranks
+
+
+def _late_rank(rank, world_size):
+    rt = init_runtime("gloo", "cpu", timeout_s=3)
+    if rank == 1:
+        time.sleep(8)  # never arrives in time
+        return None
+    t0 = time.time()
+    try:
+        rt.barrier("step 7 gradient sync")
+    except DistlabError as exc:
+        return str(exc), time.time() - t0
+    return "no error", time.time() - t0
+
+
+def test_missing_rank_fails_within_timeout_naming_it():
+    msg, waited = run_ranks(_late_rank, 2)[0]
+    assert "rank(s) 1" in msg and "step 7 gradient sync" in msg and "\n" not in msg
+    assert waited < 7
+
+
+def _reduce(rank, world_size):
+    rt = init_runtime("gloo", "cpu")
+    # uneven final batch: rank 0 has 3 examples with 2 right, rank 1 has 1 example with 1 right
+    sums = [{"correct": 2.0, "count": 3.0}, {"correct": 1.0, "count": 1.0}][rank]
+    tot = rt.reduce_sums(sums)
+    return tot["correct"] / tot["count"]
+
+
+def test_metric_reduction_is_exact_with_uneven_batches():
+    assert run_ranks(_reduce, 2) == [pytest.approx(0.75)] * 2  # not the mean of 2/3 and 1/1
+
+
+def _verify(rank, world_size, same):
+    rt = init_runtime("gloo", "cpu")
+    torch.manual_seed(0 if same else rank)
+    try:
+        rt.verify_identical(torch.nn.Linear(3, 3))
+        return "ok"
+    except DistlabError as exc:
+        return str(exc)
+
+
+def test_identical_init_is_verified():
+    assert run_ranks(_verify, 2, True) == ["ok", "ok"]
+    assert all("rank(s) [1]" in r for r in run_ranks(_verify, 2, False))
+
+
+def test_env_detection_torchrun_slurm_single():
+    e = detect_env({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"})
+    assert (e.rank, e.local_rank, e.world_size, e.launcher) == (3, 1, 8, "torchrun")
+    e = detect_env({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0"})
+    assert (e.rank, e.local_rank, e.world_size, e.launcher) == (5, 1, 8, "slurm")
+    # inside an sbatch script but not an srun step: a single process that may launch torchrun itself
+    assert detect_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}).launcher == "single"
+    assert detect_env({}).world_size == 1
+
+
+def test_cuda_request_without_gpu_is_clear():
+    if torch.cuda.is_available():
+        pytest.skip("has a GPU")
+    with pytest.raises(DistlabError, match="no CUDA device"):
+        init_runtime("auto", "cuda")
+
+
+def test_per_rank_seeds_differ():
+    a, b = Runtime(rank=0), Runtime(rank=1)
+    assert a.seed_everything(7, per_rank=True) != b.seed_everything(7, per_rank=True)
+    assert a.seed_everything(7) == b.seed_everything(7)

@@ -1,0 +1,119 @@
+"""Pytest fixture ``slurm``: a real single-node SLURM cluster (munged + slurmctld + slurmd) for this session.
+
+Import it from a conftest (``from slurm_cluster import slurm``). It needs root (and apt-get when SLURM is not
+installed yet); otherwise the tests using it are skipped, unless ``DISTLAB_REQUIRE_SLURM`` is set, which turns
+the skip into a failure so CI cannot silently lose them. Start-up takes about a second when the packages
+are installed (apt-get update + install adds 10-60 s the first time).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "slurm_local.sh"
+_FIELD_RE = re.compile(r"(\w[\w/:]*)=(\S*)")
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                "DEADLINE", "PREEMPTED"}
+
+
+@dataclass
+class SlurmCluster:
+    """Handle on the running cluster; every client call carries ``SLURM_CONF`` for it."""
+
+    dir: Path
+    conf: Path
+    startup_s: float
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def cmd(self, *args: str, check: bool = True, cwd: Path | None = None) -> str:
+        res = subprocess.run(list(args), env=self.env, cwd=cwd, capture_output=True, text=True, timeout=60)
+        if check and res.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed ({res.returncode}): {res.stderr.strip()}")
+        return res.stdout
+
+    def sbatch(self, script: Path, cwd: Path) -> str:
+        """Submit and return the job id (for an array: the array's job id)."""
+        return self.cmd("sbatch", "--parsable", str(script), cwd=cwd).strip().split(";")[0]
+
+    def jobs(self, job_id: str) -> list[dict[str, str]]:
+        """``scontrol show job`` as dicts, one per array task (no slurmdbd here, so no sacct)."""
+        out = self.cmd("scontrol", "-o", "show", "job", job_id, check=False)
+        return [dict(_FIELD_RE.findall(line)) for line in out.splitlines() if line.strip()]
+
+    def wait(self, job_id: str, predicate, timeout: float = 60.0, poll: float = 0.3) -> list[dict[str, str]]:
+        """Poll until ``predicate(jobs)`` holds; on timeout fail with the last job records."""
+        deadline = time.monotonic() + timeout
+        jobs: list[dict[str, str]] = []
+        while time.monotonic() < deadline:
+            jobs = self.jobs(job_id)
+            if jobs and predicate(jobs):
+                return jobs
+            time.sleep(poll)
+        raise AssertionError(f"job {job_id} did not reach the expected state in {timeout}s: "
+                             f"{[(j.get('JobId'), j.get('JobState'), j.get('Reason')) for j in jobs]}")
+
+    def wait_final(self, job_id: str, timeout: float = 60.0) -> list[dict[str, str]]:
+        return self.wait(job_id, lambda js: all(j.get("JobState") in FINAL_STATES for j in js), timeout)
+
+    def release(self, job_id: str) -> None:
+        """slurmctld holds a requeued job for ~2 minutes (BeginTime); tests shorten that to 2 s.
+
+        Not to 0: slurmd revokes the killed run's credential, and a restart within the same second carries a
+        credential that looks revoked too ("Job credential revoked"), failing the job.
+        """
+        self.cmd("scontrol", "update", f"JobId={job_id}", "StartTime=now+2")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def unavailable_reason() -> str | None:
+    """Why a local cluster cannot be started here, or None when it can."""
+    if os.name != "posix" or not hasattr(os, "geteuid"):
+        return "a local SLURM cluster needs Linux"
+    if os.geteuid() != 0:
+        return "a local SLURM cluster needs root (slurmd runs jobs as their users)"
+    installed = all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "sbatch"))
+    if not installed and not shutil.which("apt-get"):
+        return "SLURM is not installed and apt-get is not available to install it"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    reason = unavailable_reason()
+    if reason:
+        if os.environ.get("DISTLAB_REQUIRE_SLURM"):
+            pytest.fail(f"DISTLAB_REQUIRE_SLURM is set but {reason}")
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "SLURMCTLD_PORT": str(_free_port()), "SLURMD_PORT": str(_free_port())}
+    t0 = time.monotonic()
+    res = subprocess.run(["bash", str(SCRIPT), "start", str(root)], env=env, capture_output=True, text=True,
+                         timeout=900)
+    cluster = SlurmCluster(root, root / "slurm.conf", time.monotonic() - t0)
+    try:
+        if res.returncode == 3 and not os.environ.get("DISTLAB_REQUIRE_SLURM"):
+            pytest.skip(f"SLURM could not be installed: {res.stderr.strip()[-500:]}")
+        if res.returncode != 0:
+            pytest.fail(f"could not start the local SLURM cluster (exit {res.returncode}): {res.stderr[-2000:]}")
+        yield cluster
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop", str(root)], env=env, capture_output=True, timeout=60)
