@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_recipes)
     data = sub.add_parser("data", help="build datasets (sudoku, maze, arc)")
     data_sub = data.add_subparsers(dest="builder", metavar="BUILDER")
-    _register_data(data_sub)
+    _register_recipe_commands(sub, data_sub)
     for module, attr in COMMAND_GROUPS:
         try:
             getattr(importlib.import_module(module), attr)(sub)
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _register_data(data_sub) -> None:
+def _register_recipe_commands(top, data_sub) -> None:
     from distlab.recipe import load_recipe, recipe_names
 
     for name in recipe_names():
@@ -151,7 +151,7 @@ def _register_data(data_sub) -> None:
         except (DistlabError, ImportError):
             continue
         if recipe.register_commands is not None:
-            recipe.register_commands(data_sub)
+            recipe.register_commands(top, data_sub)
 
 
 def _call(func, a: argparse.Namespace, extra: list[str]):

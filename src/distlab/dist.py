@@ -164,7 +164,8 @@ def module_checksum(module: torch.nn.Module) -> str:
 def _late_ranks_message(text: str, label: str, timeout: float) -> str:
     import re
 
-    ranks = sorted({int(r) for r in re.findall(r"[Rr]ank (\d+)", text.split("]", 1)[-1])})
+    found = re.findall(r"[Rr]anks? ([\d, ]+?) failed", text)
+    ranks = sorted({int(r) for group in found for r in re.findall(r"\d+", group)})
     who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "some rank"
     return (f"{who} did not reach '{label}' within {timeout:.0f} s; the job stops instead of hanging "
             f"(raise dist.timeout_s if the step is just slow)")

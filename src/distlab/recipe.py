@@ -31,7 +31,7 @@ class Recipe:
     validate: Callable[[Any, int], None] | None = None  # fail-fast checks in the launching process
     evaluate: Callable[[Any, Any, Path], dict] | None = None  # (cfg, Session, checkpoint) -> metrics
     model_spec: Callable[[Any], Any] | None = None  # doctor's memory estimate
-    register_commands: Callable[[Any], None] | None = None  # extra CLI subcommands (e.g. data builders)
+    register_commands: Callable[[Any, Any], None] | None = None  # (top-level, `data`) subparsers: extra commands
     aliases: dict[str, str] = field(default_factory=dict)  # legacy flag -> override key
 
 

@@ -82,6 +82,9 @@ def test_hand_built_voting_tiebreak_inverse_and_all_inputs_rule(fake):
     assert (a["solved_at"], b["solved_at"]) == (1, 2)
     # B's first input is right at k=1 but its second is not, so B does not count at pass@1
     assert res["pass@1"] == 0.5 and res["pass@2"] == 1.0 and res["pass@10"] == 1.0 and res["pass@100"] == 1.0
+    top = arc_eval.top_candidates(arc_eval.collect_votes(root, idx, preds, q), k=2)
+    assert top["B"] == [[TB[0].tolist(), XB.tolist()], [YB.tolist(), TB[1].tolist()]]
+    assert top["A"] == [[TA.tolist(), WA.tolist()]]
 
 
 def test_confidence_breaks_vote_ties(fake):

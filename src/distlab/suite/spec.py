@@ -86,6 +86,23 @@ class Suite:
                 specs.append(RunSpec(exp, seed, base + extra, out_dir))
         return specs
 
+    def layered(self, defaults: Mapping[str, Any] | None = None,
+                forced: Mapping[str, Any] | None = None) -> Suite:
+        """A copy whose every experiment (normal and smoke) sits on ``defaults`` and under ``forced``.
+
+        ``suite run``/``suite slurm`` use it for launcher defaults the YAML may override (``scale.*``) and
+        for ``key=value`` words from the command line, which win over the YAML, so that what ran is
+        exactly what the snapshot and the printed commands say.
+        """
+        low, high = dict(defaults or {}), dict(forced or {})
+        reserved = sorted(k for k in high if k in ("run.seed", "run.dir", "run.name"))
+        if reserved:
+            raise DistlabError(f"{', '.join(reserved)} is set per run by the suite; use --seeds / --root "
+                               f"instead of overriding it")
+        exps = {n: Experiment(n, {**low, **e.overrides, **high}, {**low, **e.smoke_overrides, **high})
+                for n, e in self.experiments.items()}
+        return Suite(self.name, self.description, self.recipe, self.baseline, exps)
+
     def snapshot(self) -> dict[str, Any]:
         """Plain-data form (what the report reads back to know the baseline and experiment order)."""
         return {"name": self.name, "description": self.description, "recipe": self.recipe,

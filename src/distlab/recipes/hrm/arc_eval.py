@@ -66,20 +66,27 @@ def _grid_key(grid: np.ndarray) -> bytes:
     return bytes(g.shape) + g.tobytes()
 
 
-def decode_predictions(preds: np.ndarray) -> list[np.ndarray | None]:
+def decode_predictions(preds: np.ndarray, chunk: int = 4096) -> list[np.ndarray | None]:
     """Batch form of ``arc.decode_prediction`` (top-left grid up to the first non-colour token in
     row 0 / column 0; None when that rectangle is not all colours). A full ARC evaluation decodes
-    ~10^5-10^6 predictions, so the shape and validity checks run on the whole batch at once."""
+    ~10^5-10^6 predictions, so the checks run on chunks of the batch at once."""
     t = np.asarray(preds).reshape(-1, SIZE, SIZE)
-    colour = (t >= COLOUR_OFFSET) & (t < VOCAB_SIZE)
+    out: list[np.ndarray | None] = []
+    for start in range(0, len(t), chunk):
+        out += _decode_chunk(t[start:start + chunk])
+    return out
+
+
+def _decode_chunk(t: np.ndarray) -> list[np.ndarray | None]:
     stop_w, stop_h = t[:, 0, :] < COLOUR_OFFSET, t[:, :, 0] < COLOUR_OFFSET
     w = np.where(stop_w.any(1), stop_w.argmax(1), SIZE)
     h = np.where(stop_h.any(1), stop_h.argmax(1), SIZE)
-    bad_before = (~colour).cumsum(1).cumsum(2)  # non-colour cells in t[:r+1, :c+1]
-    rows = np.arange(len(t))
+    not_colour = (t < COLOUR_OFFSET) | (t >= VOCAB_SIZE)
+    bad_before = not_colour.cumsum(1, dtype=np.int16).cumsum(2, dtype=np.int16)  # count in t[:r+1, :c+1]
     ok = (h > 0) & (w > 0)
-    ok[ok] = bad_before[rows[ok], h[ok] - 1, w[ok] - 1] == 0
-    return [(t[n, :h[n], :w[n]] - COLOUR_OFFSET).astype(np.uint8) if ok[n] else None for n in rows]
+    rows = np.flatnonzero(ok)
+    ok[rows] = bad_before[rows, h[rows] - 1, w[rows] - 1] == 0
+    return [(t[n, :h[n], :w[n]] - COLOUR_OFFSET).astype(np.uint8) if ok[n] else None for n in range(len(t))]
 
 
 def _check_inputs(example_indices: np.ndarray, preds: np.ndarray, q_halt: np.ndarray,

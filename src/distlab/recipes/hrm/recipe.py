@@ -75,7 +75,7 @@ def model_spec(cfg: HRMConfig):
                      batch_per_device=cfg.global_batch_size, optimizer="adam")
 
 
-def register_commands(data_subparsers) -> None:
+def register_commands(top, data_subparsers) -> None:
     from distlab.recipes.hrm.data.cli import register
 
     register(data_subparsers)

@@ -62,8 +62,11 @@ def build(cfg: HRMConfig, session, meta: dict):
     core = build_model(cfg.arch, meta)
     if cfg.dist.verify_init:
         rt.verify_identical(core, "initial parameters")
-    unused = cfg.arch.act in ("fixed", "none")  # the Q head gets no gradient then
-    model = session.wrap(core, find_unused=unused)
+    if cfg.arch.act in ("fixed", "none"):  # no halting is learned: freeze the Q head so no rank waits on its grads
+        for name, p in core.named_parameters():
+            if "q_head" in name:
+                p.requires_grad_(False)
+    model = session.wrap(core)
     opts = build_optimizers(unwrap(model), cfg.optimizer, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2),
                             cfg.puzzle_emb_lr, cfg.puzzle_emb_weight_decay)
     ema = EMA(unwrap(model), 0.999 if cfg.arch.ema_decay is None else cfg.arch.ema_decay) if cfg.ema else None
@@ -116,7 +119,8 @@ def train(cfg: HRMConfig, session) -> dict:
         if step % cfg.log.every == 0 or step == steps:
             tot = rt.reduce_sums({k: float(v) for k, v in metrics.items()})
             count = max(tot.pop("count"), 1.0)
-            last = {k: v / count for k, v in tot.items()}
+            # as HRM: losses are per example of the global batch, accuracies per halted sequence
+            last = {k: v / (cfg.global_batch_size if k.endswith("loss") else count) for k, v in tot.items()}
             last = {"loss": last.pop("lm_loss"), **last, "halted": count, "lr": lrs[0], "grad_norm": gnorm}
             session.metrics.log(step, {**last, **meter.report(), "epoch": sampler.epoch})
             progress.update(step, loss=last["loss"], acc=last.get("accuracy", 0.0))
@@ -134,7 +138,10 @@ def train(cfg: HRMConfig, session) -> dict:
             status = "preempted"
             break
     progress.close()
-    result = {"status": status, "step": step, "steps": steps, "train": last, "data": str(data_dir)}
+    from distlab.dist import module_checksum
+
+    result = {"status": status, "step": step, "steps": steps, "train": last, "data": str(data_dir),
+              "param_checksum": module_checksum(unwrap(model)), "world_size": rt.world_size}
     if status == "completed":
         elapsed = elapsed_before + time.perf_counter() - t_start
         result["eval"] = _eval(cfg, session, model, ema, test_split, step, flops_done, elapsed, final=True)

@@ -18,7 +18,7 @@ def _sudoku(args: argparse.Namespace) -> dict[str, int]:
 
     return build_sudoku(args.output_dir, source=args.source, train_size=args.train_size, test_size=args.test_size,
                         min_difficulty=args.min_difficulty, subsample_size=args.subsample_size,
-                        num_aug=args.num_aug, seed=args.seed, workers=args.workers)
+                        num_aug=args.num_aug, seed=args.seed, workers=args.workers, blanks=args.blanks)
 
 
 def _maze(args: argparse.Namespace) -> dict[str, int]:
@@ -59,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--subsample-size", type=int, default=None, help="random subset of training puzzles (HRM option)")
     s.add_argument("--num-aug", type=int, default=0, help="augmented copies per training puzzle (HRM used 1000)")
     s.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="generator processes (default all cores)")
+    s.add_argument("--blanks", type=int, default=None,
+                   help="generate easy puzzles with exactly this many blank cells (unique solution) instead of "
+                        "minimal ones; --min-difficulty then defaults to 0. For quick CPU demos, e.g. --blanks 10")
     s.set_defaults(func=_sudoku)
 
     m = subparsers.add_parser("maze", help="30x30 mazes (generate or import Maze-Hard CSV)",

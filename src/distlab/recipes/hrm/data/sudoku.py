@@ -22,7 +22,7 @@ import numpy as np
 from distlab.errors import DistlabError
 
 from .format import PuzzleMetadata, SplitBuilder, write_identifiers
-from .sudoku_generate import HARD_EFFORT, generate_puzzles
+from .sudoku_generate import HARD_EFFORT, check_blanks, generate_puzzles
 from .sudoku_solver import solve
 
 SEQ_LEN = 81
@@ -235,7 +235,7 @@ def _stats(name: str, rows: list[Row]) -> str:
 def build_sudoku(output_dir: str | os.PathLike, *, source: str = "generate", train_size: int | None = 1000,
                  test_size: int | None = 10000, min_difficulty: float | None = None,
                  subsample_size: int | None = None, num_aug: int = 0, seed: int = 0, workers: int = 1,
-                 verbose: bool = True) -> dict[str, int]:
+                 blanks: int | None = None, verbose: bool = True) -> dict[str, int]:
     """Build ``output_dir/{train,test}`` + ``identifiers.json``; returns example counts per split.
 
     ``source``: ``"generate"`` (unique puzzles from ``seed``; ``min_difficulty`` defaults to
@@ -243,15 +243,23 @@ def build_sudoku(output_dir: str | os.PathLike, *, source: str = "generate", tra
     text file of 81-character puzzles. A single file is shuffled with ``seed`` and split into
     ``test_size`` test puzzles and up to ``train_size`` training ones. ``subsample_size`` draws a
     random training subset as HRM does; augmentations apply to training only.
+
+    ``blanks`` (generate only): puzzles with exactly that many blanks instead of minimal ones, easy
+    enough for a tiny model to learn on a CPU in minutes; ``min_difficulty`` then defaults to 0.
+    Difficulty is still the measured effort.
     """
     t0 = time.time()
     rng = np.random.default_rng(seed)
+    if blanks is not None and source != "generate":
+        raise DistlabError(f"--blanks only applies to --source generate (got {source!r}); drop --blanks")
     if source == "generate":
-        md = HARD_EFFORT if min_difficulty is None else int(min_difficulty)
-        test = generate_puzzles(test_size or 0, seed, stream=1, min_difficulty=md, workers=workers)
+        check_blanks(blanks)
+        default_md = HARD_EFFORT if blanks is None else 0
+        md = default_md if min_difficulty is None else int(min_difficulty)
+        test = generate_puzzles(test_size or 0, seed, stream=1, min_difficulty=md, workers=workers, blanks=blanks)
         test_keys = {"".join(map(str, p)) for p, _, _ in test}
         train = generate_puzzles(train_size or 0, seed, stream=0, min_difficulty=md, workers=workers,
-                                 exclude=test_keys)
+                                 exclude=test_keys, blanks=blanks)
         train = [(p, s, float(e)) for p, s, e in train]
         test = [(p, s, float(e)) for p, s, e in test]
     else:

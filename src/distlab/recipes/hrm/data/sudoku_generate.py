@@ -3,6 +3,10 @@
 Attempt ``k`` of stream ``s`` is generated from its own RNG seeded by ``(seed, s, k)``; attempts are
 cut into fixed-size chunks that workers process in any order, and results are consumed in chunk
 order. The output therefore depends only on ``seed`` (never on the worker count).
+
+``blanks=N`` makes easy puzzles for quick demos: cells are blanked in random order while the
+solution stays unique, stopping at exactly N blanks; an attempt that cannot reach N (its minimal
+puzzle has fewer blanks) is skipped like any other rejected attempt.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ CHUNK = 16
 #: "Hard" = at least this many guesses (see ``sudoku_solver.effort``). Every top95 puzzle reaches
 #: it; about a quarter of random minimal puzzles do, so generation stays fast.
 HARD_EFFORT = 5
+#: No uniquely solvable sudoku has fewer than 17 clues, so at most 81 - 17 cells can be blank.
+MAX_BLANKS = 81 - 17
 
 Generated = tuple[list[int], list[int], int]  # puzzle, solution, effort
 
@@ -32,8 +38,20 @@ def attempt_rng(seed: int, stream: int, attempt: int) -> random.Random:
     return random.Random(int(state[0]) << 64 | int(state[1]))
 
 
-def generate_one(seed: int, stream: int, attempt: int, min_clues: int = 17) -> Generated:
-    """One uniquely solvable puzzle (minimal when ``min_clues`` = 17) with its effort."""
+def check_blanks(blanks: int | None) -> None:
+    if blanks is not None and not 1 <= blanks <= MAX_BLANKS:
+        raise DistlabError(f"--blanks must be between 1 and {MAX_BLANKS} (a unique sudoku keeps >= 17 clues), "
+                           f"got {blanks}")
+
+
+def generate_one(seed: int, stream: int, attempt: int, min_clues: int = 17, blanks: int | None = None) -> Generated:
+    """One uniquely solvable puzzle (minimal when ``min_clues`` = 17) with its effort.
+
+    ``blanks`` overrides ``min_clues`` with ``81 - blanks``; the result may have fewer blanks when
+    uniqueness stops the removal first (callers wanting exactly ``blanks`` must check).
+    """
+    if blanks is not None:
+        min_clues = 81 - blanks
     rng = attempt_rng(seed, stream, attempt)
     solution = random_solution(rng)
     puzzle = minimal_puzzle(solution, rng, min_clues)
@@ -41,10 +59,12 @@ def generate_one(seed: int, stream: int, attempt: int, min_clues: int = 17) -> G
 
 
 def _chunk(seed: int, stream: int, chunk: int, min_difficulty: int, max_difficulty: int | None,
-           min_clues: int) -> list[Generated]:
+           min_clues: int, blanks: int | None = None) -> list[Generated]:
     out = []
     for k in range(chunk * CHUNK, (chunk + 1) * CHUNK):
-        p, s, e = generate_one(seed, stream, k, min_clues)
+        p, s, e = generate_one(seed, stream, k, min_clues, blanks)
+        if blanks is not None and p.count(0) != blanks:
+            continue
         if e >= min_difficulty and (max_difficulty is None or e <= max_difficulty):
             out.append((p, s, e))
     return out
@@ -73,17 +93,27 @@ def _chunks_in_order(seed: int, stream: int, workers: int, args: tuple) -> Itera
 
 def generate_puzzles(n: int, seed: int, stream: int = 0, min_difficulty: int = 0,
                      max_difficulty: int | None = None, workers: int = 1, min_clues: int = 17,
-                     exclude: set[str] | None = None, max_attempts: int | None = None) -> list[Generated]:
-    """First ``n`` accepted puzzles of the stream (duplicates and ``exclude``d grids are skipped)."""
+                     exclude: set[str] | None = None, max_attempts: int | None = None,
+                     blanks: int | None = None) -> list[Generated]:
+    """First ``n`` accepted puzzles of the stream (duplicates and ``exclude``d grids are skipped).
+
+    ``blanks``: exactly that many blank cells per puzzle instead of a minimal puzzle (easy demos).
+    """
+    check_blanks(blanks)
     seen = set(exclude or ())
     out: list[Generated] = []
     if n <= 0:
         return out
     max_attempts = max_attempts or 500 * n + 20_000
-    chunks = _chunks_in_order(seed, stream, workers, (min_difficulty, max_difficulty, min_clues))
+    chunks = _chunks_in_order(seed, stream, workers, (min_difficulty, max_difficulty, min_clues, blanks))
     try:
         for i, chunk in enumerate(chunks):
             if i * CHUNK >= max_attempts:
+                if blanks is not None:
+                    raise DistlabError(
+                        f"only {len(out)} of {n} generated sudokus had exactly {blanks} blanks and effort in "
+                        f"[{min_difficulty}, {max_difficulty}] after {i * CHUNK} attempts; lower --blanks "
+                        "(up to ~50 always works) or --min-difficulty")
                 raise DistlabError(
                     f"only {len(out)} of {n} generated sudokus had effort in [{min_difficulty}, {max_difficulty}] "
                     f"after {i * CHUNK} attempts; lower --min-difficulty (hard = {HARD_EFFORT})")

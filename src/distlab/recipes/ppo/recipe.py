@@ -1,0 +1,175 @@
+"""The ``ppo`` recipe: PPO with MLP, LSTM or cascaded-LSTM policies on Gymnasium envs or the trading env.
+
+The algorithm lives in :mod:`distlab.recipes.ppo.algo`; this module binds it to the core: typed
+config and overrides, torchrun/SLURM launch, DCP checkpoints with resume, metrics and progress.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distlab.config import BaseConfig
+from distlab.errors import DistlabError
+from distlab.recipe import Recipe
+
+log = logging.getLogger("distlab")
+
+
+@dataclass
+class PPORecipeConfig(BaseConfig):
+    env: str = "CartPole-v1"  # any registered Gymnasium id, or "trading"
+    policy: str = "mlp"  # mlp | lstm | clstm
+    num_envs: int = 4  # per rank
+    num_steps: int = 128  # rollout length per env (the seed's --batch_size)
+    total_timesteps: int = 500_000  # summed over ranks
+    num_episodes: int = 0  # stop after this many finished episodes (summed over ranks); 0 = off
+    lr: float = 2.5e-4
+    anneal_lr: bool = True
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    norm_adv: bool = True
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    target_kl: float | None = None
+    mask_velocity: bool = False
+    async_envs: bool = False
+    stop_return: float | None = None
+    hidden_size: int | None = None
+    num_layers: int = 2
+    enc_size: int = 64
+    feat_hidden: int = 128
+    trading_data: str | None = None
+    trading_start: str | None = "2009-01-01"
+    trading_end: str | None = "2016-01-01"
+    hmax: int = 100
+    initial_amount: float = 1e6
+    transaction_cost: float = 0.001
+    reward_scaling: float = 1e-4
+    turbulence_threshold: float | None = None
+    window: int = 1
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    cudnn_benchmark: bool = True
+
+
+def to_algo_config(cfg: PPORecipeConfig, device: str):
+    from distlab.recipes.ppo.algo import PPOConfig
+
+    names = {f.name for f in dataclasses.fields(PPOConfig)}
+    values = {k: getattr(cfg, k) for k in names if hasattr(cfg, k)}
+    values.update(env_id=cfg.env, seed=cfg.run.seed, device=device, tf32=cfg.dist.tf32,
+                  bf16=cfg.dist.precision.value == "bf16" if hasattr(cfg.dist.precision, "value")
+                  else cfg.dist.precision == "bf16", env_kwargs=dict(cfg.env_kwargs))
+    return PPOConfig(**{k: v for k, v in values.items() if k in names})
+
+
+def train(cfg: PPORecipeConfig, session) -> dict:
+    from distlab.recipes.ppo.algo import train as ppo_train
+
+    algo_cfg = to_algo_config(cfg, str(session.rt.device))
+    hooks = _CoreHooks(cfg, session, algo_cfg)
+    summary = ppo_train(algo_cfg, hooks)
+    hooks.close(summary)
+    return {"status": hooks.status, **summary}
+
+
+def _make_hooks_base():
+    from distlab.recipes.ppo.algo import PPOHooks
+
+    return PPOHooks
+
+
+class _CoreHooks(_make_hooks_base()):
+    """Checkpoint, resume, log and stop PPO through the core session."""
+
+    def __init__(self, cfg: PPORecipeConfig, session, algo_cfg) -> None:
+        self.cfg, self.session, self.algo_cfg = cfg, session, algo_cfg
+        world = session.rt.world_size
+        self.num_updates = algo_cfg.total_timesteps // (algo_cfg.num_envs * algo_cfg.num_steps * world)
+        self.status, self.episodes, self.run = "completed", 0, None
+        self.progress = None
+
+    def bind(self, run) -> None:
+        self.run = run
+        extra = self.session.restore(run.policy, [run.optimizer])
+        if extra:
+            run.update, run.global_step = extra["update"], extra["global_step"]
+            self.episodes = extra.get("episodes", 0)
+            rs = extra.get("rank_state")
+            if rs:
+                run.generator.set_state(rs["minibatch"])
+        self.progress = self.session.progress(self.num_updates, run.update, unit="update")
+
+    def _save(self, update: int) -> None:
+        run = self.run
+        self.session.save(update, run.policy, [run.optimizer],
+                          {"update": update, "global_step": run.global_step, "episodes": self.episodes},
+                          {"minibatch": run.generator.get_state()})
+
+    def on_update(self, update_idx: int, global_step: int, metrics: dict[str, float]) -> bool:
+        self.episodes += int(metrics.get("episodes", 0))
+        if update_idx % self.cfg.log.every == 0 or update_idx == self.num_updates:
+            self.session.metrics.log(global_step, {**metrics, "update": update_idx, "episodes_total": self.episodes,
+                                                   "env_steps_per_s": metrics.get("sps", 0.0)})
+        self.progress.update(update_idx, ret100=metrics.get("mean_return_100", float("nan")),
+                             sps=metrics.get("sps", 0.0))
+        done_by_episodes = self.cfg.num_episodes > 0 and self.episodes >= self.cfg.num_episodes
+        stop = self.session.stop_requested(update_idx) and update_idx < self.num_updates
+        if self.session.due(update_idx) or stop:
+            self._save(update_idx)
+        if stop:
+            self.status = "preempted"
+        return stop or done_by_episodes
+
+    def close(self, summary: dict) -> None:
+        if self.status == "completed":
+            self._save(self.run.update)
+        self.progress.close()
+        self.session.metrics.log(summary["global_step"], {k: v for k, v in summary.items()
+                                                          if isinstance(v, (int, float)) and v is not None},
+                                 split="summary")
+
+
+def validate(cfg: PPORecipeConfig, world_size: int) -> None:
+    if cfg.policy not in ("mlp", "lstm", "clstm"):
+        raise DistlabError(f"policy={cfg.policy!r} is not one of mlp, lstm, clstm")
+    per_update = cfg.num_envs * cfg.num_steps * world_size
+    if cfg.total_timesteps < per_update:
+        raise DistlabError(f"total_timesteps={cfg.total_timesteps} is less than one update ({per_update} = num_envs x "
+                           f"num_steps x {world_size} ranks); raise total_timesteps")
+    if cfg.num_envs % cfg.num_minibatches and cfg.policy != "mlp":
+        raise DistlabError(f"num_envs={cfg.num_envs} must be divisible by num_minibatches={cfg.num_minibatches} for "
+                           f"recurrent policies (minibatches are whole env sequences)")
+
+
+def cmd_backtest(a, extra: list[str]) -> int:
+    from distlab.recipes.ppo.backtest_cli import run_backtest
+
+    if extra:
+        raise DistlabError(f"unexpected arguments: {' '.join(extra)}")
+    out = run_backtest(Path(a.run_dir), a.start, a.end, Path(a.out) if a.out else None)
+    print(f"wrote {out}")
+    return 0
+
+
+def register_commands(top, data_sub) -> None:
+    b = top.add_parser("backtest", help="trade a trained PPO trading policy over a date range vs buy-and-hold")
+    b.add_argument("run_dir")
+    b.add_argument("--start", default="2016-01-01")
+    b.add_argument("--end", default=None)
+    b.add_argument("--out", default=None)
+    b.set_defaults(func=cmd_backtest)
+
+
+RECIPE = Recipe(name="ppo", config=PPORecipeConfig, train=train, lr_keys=("lr",), validate=validate,
+                register_commands=register_commands,
+                aliases={"--num_episodes": "num_episodes", "--batch_size": "num_steps", "--num-episodes": "num_episodes",
+                         "--batch-size": "num_steps"})
