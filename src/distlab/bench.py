@@ -24,7 +24,10 @@ from distlab.rundir import git_commit
 def steady_throughput(metrics_file: Path, warmup_frac: float = 0.3) -> dict[str, float]:
     """Median examples/s (and MFU, tokens/s) over the logged steps after the warm-up fraction."""
     rows = [json.loads(x) for x in metrics_file.read_text().splitlines()]
-    rows = [r for r in rows if r.get("split") == "train" and "examples_per_s" in r]
+    key = "examples_per_s"
+    if not any(key in r for r in rows):
+        key = "env_steps_per_s"  # RL recipes count environment steps
+    rows = [dict(r, examples_per_s=r[key]) for r in rows if r.get("split") == "train" and key in r]
     if not rows:
         raise DistlabError(f"{metrics_file} has no throughput rows; the run logged nothing (log.every too large?)")
     rows = rows[int(len(rows) * warmup_frac):] or rows[-1:]
