@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(a, "func", None):
             parser.print_help()
             return 0 if not argv else 2
-        return int(_call(a.func, a, extra) or 0)
+        rc = _call(a.func, a, extra)
+        return rc if isinstance(rc, int) else 0
     except DistlabError as exc:
         print(f"distlab: error: {exc}", file=sys.stderr)
         return 2

@@ -55,6 +55,7 @@ class RunConfig:
     seed: int = 0
     resume: Resume = Resume.auto
     stop_at: int = 0  # checkpoint and exit once this step is reached (time-sliced jobs); 0 = off
+    time_limit_s: float = 0.0  # end training (then evaluate) after this much wall time; 0 = off
 
 
 @dataclass

@@ -36,6 +36,9 @@ class Session:
         self.metrics = MetricLogger(self.run_dir, rt.is_main, cfg.log, cfg.run.name,
                                     config={"yaml": to_yaml(cfg)} if rt.is_main else None)
         self._stop_signal = False
+        import time
+
+        self._t0 = time.monotonic()
         set_fast_math(rt, cfg.dist.tf32)
 
     # -- model helpers ----------------------------------------------------------------------
@@ -89,6 +92,15 @@ class Session:
             log.warning("received signal %d: will checkpoint and stop at the next step", signum)
 
         signal.signal(signal.SIGUSR1, handler)
+
+    def time_up(self) -> bool:
+        """Collective: the run's wall-time budget (``run.time_limit_s``) is spent on some rank."""
+        import time
+
+        limit = self.cfg.run.time_limit_s
+        if not limit:
+            return False
+        return self.rt.any_flag(time.monotonic() - self._t0 > limit)
 
     def stop_requested(self, step: int) -> bool:
         """Collective: all ranks agree, so they checkpoint at the same step."""

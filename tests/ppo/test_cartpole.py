@@ -1,7 +1,5 @@
 """End-to-end learning on CPU: CartPole solved by the MLP, masked-velocity CartPole needs memory."""
 
-import pytest
-
 from distlab.recipes.ppo.algo import PPOConfig, train
 
 # Tuned for speed on 2 cores (rl-zoo-like CartPole settings); the run stops once solved.

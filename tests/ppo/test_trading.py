@@ -5,13 +5,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from distlab.errors import DistlabError
 from distlab.recipes.ppo import indicators as ind
 from distlab.recipes.ppo.backtest import backtest, performance
 from distlab.recipes.ppo.policy import build_policy
-from distlab.recipes.ppo.trading import (MarketData, StockTradingEnv, build_market, execute_orders, load_market,
+from distlab.recipes.ppo.trading import (MarketData, StockTradingEnv, execute_orders, load_market,
                                          read_ohlcv_csv, split_by_date)
 
 MARKET = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "market"

@@ -141,9 +141,17 @@ def cmd_slurm(a: argparse.Namespace, extra: list[str]) -> int:
     runs = len(suite.runs(a.seeds, smoke=a.smoke, root=a.root))
     print(f"wrote {len(bundle.scripts)} job arrays ({runs} runs) for suite {suite.name} to {Path(a.out)}")
     print(f"submit from the project root (results go to {a.root}/{suite.name}/):")
-    print(f"  bash {shlex.quote(str(bundle.submit_all))}")
+    print(f"  bash {shlex.quote(_relative(bundle.submit_all))}")
     print(f"then: distlab suite report {suite.name} --root {a.root}")
     return 0
+
+
+def _relative(path: Path) -> str:
+    """Shorter to read and to paste when the path lies under the current directory."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 # ----------------------------------------------------------------------------------------------- report

@@ -129,6 +129,9 @@ def train(cfg: HRMConfig, session) -> dict:
         elapsed = elapsed_before + time.perf_counter() - t_start
         if cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
             _eval(cfg, session, model, ema, test_split, step, flops_done, elapsed, final=False)
+        if step < steps and session.time_up():
+            log.info("run.time_limit_s reached at step %d of %d: evaluating now", step, steps)
+            steps = step
         stop = session.stop_requested(step) and step < steps
         if session.due(step) or stop or step == steps:
             rank_state = {"carry": carry, "ema": ema.state_dict() if ema else None}

@@ -1,0 +1,128 @@
+"""``suite run --dry-run`` plans, override validation of every shipped suite, device slots, report/slurm CLI."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from distlab.cli import main
+from distlab.errors import DistlabError
+from distlab.suite.cli import device_slots
+from distlab.suite.spec import load_suite, shipped_suites
+
+
+def _commands(stdout: str) -> list[list[str]]:
+    """The planned ``distlab train`` argv (after ``-m distlab.cli``) of every run in a dry-run printout."""
+    cmds = [shlex.split(line) for line in stdout.splitlines() if not line.startswith(("#", "suite "))]
+    for argv in cmds:
+        assert argv[1:3] == ["-m", "distlab.cli"], argv
+    return [argv[3:] for argv in cmds]
+
+
+def _ovr(argv: list[str]) -> dict[str, str]:
+    return dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith("-"))
+
+
+def test_hierarchical_smoke_dry_run_prints_five_experiments(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["suite", "run", "hierarchical", "--smoke", "--seeds", "1", "--dry-run", "--procs", "1"]) == 0
+    out = capsys.readouterr().out
+    cmds = _commands(out)
+    assert len(cmds) == 5
+    seen = {}
+    for argv in cmds:
+        assert argv[:4] == ["train", "hrm", "--procs", "1"]
+        o = _ovr(argv)
+        name = Path(o["run.dir"]).name
+        assert o["run.dir"] == f"experiment_results/hierarchical/{name}" and o["run.name"] == "seed0"
+        seen[name] = (int(o["arch.H_cycles"]), int(o["arch.L_cycles"]))
+        # smoke scale, published everything else, and the suite's world-size scaling rules
+        assert o["steps"] == "40" and o["data.build"] == "sudoku" and o["arch.hidden_size"] == "64"
+        assert o["arch.act"] == "q_learning" and o["scale.batch"] == "linear" and o["scale.lr"] == "sqrt"
+        assert o["run.seed"] == "0"
+    assert seen == {"H1xL1": (1, 1), "H2xL2": (2, 2), "H2xL4": (2, 4), "H4xL2": (4, 2), "H4xL4": (4, 4)}
+    assert "5 experiments, 5 runs" in out
+    assert not any(tmp_path.iterdir()), "a dry run must not write anything"
+
+
+def test_cli_overrides_apply_to_every_run_and_reserved_keys_are_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["suite", "run", "augmentation", "--smoke", "--seeds", "0,5", "--dry-run", "lr=0.5",
+                 "scale.lr=none"]) == 0
+    cmds = _commands(capsys.readouterr().out)
+    assert len(cmds) == 6
+    assert all(_ovr(c)["lr"] == "0.5" and _ovr(c)["scale.lr"] == "none" for c in cmds)
+    assert sorted({_ovr(c)["run.seed"] for c in cmds}) == ["0", "5"]
+    assert sorted(_ovr(c)["data.num_aug"] for c in cmds) == ["0", "0", "10", "10", "3", "3"]
+    assert main(["suite", "run", "baseline", "--dry-run", "run.dir=x"]) == 2
+    assert "run.dir is set per run" in capsys.readouterr().err
+    assert main(["suite", "run", "baseline", "--dry-run", "--sed", "2"]) == 2
+    assert "did you mean --seeds" in capsys.readouterr().err
+    assert main(["suite", "run", "hierarchicl", "--dry-run"]) == 2
+    assert "did you mean 'hierarchical'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", shipped_suites())
+def test_every_shipped_suite_plans_and_its_overrides_pass_train_validation(name, tmp_path, monkeypatch, capsys):
+    """Each planned command (smoke and full) must be accepted by ``distlab train hrm --dry-run``."""
+    monkeypatch.chdir(tmp_path)
+    suite = load_suite(name)
+    for smoke in (True, False):
+        assert main(["suite", "run", name, "--seeds", "1", "--dry-run", *(["--smoke"] if smoke else [])]) == 0
+        cmds = _commands(capsys.readouterr().out)
+        assert len(cmds) == len(suite.experiments)
+        for argv in cmds:
+            rc = main([*argv, "--dry-run"])
+            captured = capsys.readouterr()
+            assert rc == 0, f"{name} smoke={smoke}: {captured.err}"
+            config = captured.out
+            o = _ovr(argv)
+            assert f"steps: {o['steps']}\n" in config and f"hidden_size: {o['arch.hidden_size']}\n" in config
+            if smoke:  # the smoke data is generated, never a placeholder path
+                assert o["data.build"] == "sudoku" and "data.path" not in o and int(o["data.train_size"]) <= 64
+    assert not any(tmp_path.iterdir())
+
+
+def test_device_slots_split_gpus_into_disjoint_sets():
+    visible = ["0", "1", "2", "3", "4", "5", "6", "7"]
+    slots = device_slots(None, None, 4, visible)
+    assert [s.cuda_devices for s in slots] == ["0,1", "2,3", "4,5", "6,7"]
+    assert {s.flags for s in slots} == {("--gpus", "2")}
+    assert [s.cuda_devices for s in device_slots(4, None, 2, ["3", "5", "6", "7"])] == ["3,5", "6,7"]
+    assert device_slots(-1, None, 1, visible)[0].flags == ("--gpus", "8")
+    assert [s.cuda_devices for s in device_slots(None, None, 2, [])] == [None, None]
+    assert device_slots(None, 2, 3, visible)[2].flags == ("--procs", "2")
+    with pytest.raises(DistlabError, match="split evenly"):
+        device_slots(6, None, 4, visible)
+    with pytest.raises(DistlabError, match="GPUs are visible"):
+        device_slots(2, None, 1, [])
+    with pytest.raises(DistlabError, match="not both"):
+        device_slots(2, 2, 1, visible)
+
+
+def test_slurm_command_and_create_slurm_write_the_same_scripts(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    common = ["--smoke", "--seeds", "2", "--gpus-per-node", "0", "--procs", "2", "--cpus-per-task", "2",
+              "--mem", "2G", "--time", "30"]
+    assert main(["suite", "slurm", "deep_transformer", "--out", "a", *common]) == 0
+    out = capsys.readouterr().out
+    assert "bash a/submit_all.sh" in out and "3 job arrays (6 runs)" in out
+    assert main(["suite", "run", "deep_transformer", "--create-slurm", "--out", "b", *common]) == 0
+    capsys.readouterr()
+    names = sorted(p.name for p in (tmp_path / "a").glob("*.sbatch"))
+    assert names == ["hrm.sbatch", "transformer_24.sbatch", "transformer_8.sbatch"]
+    for n in names:
+        assert (tmp_path / "a" / n).read_text().replace(str(tmp_path / "a"), "") == (tmp_path / "b" / n).read_text().replace(str(tmp_path / "b"), "")
+    text = (tmp_path / "a" / "transformer_8.sbatch").read_text()
+    assert "--procs 2" in text and "arch.num_layers=2" in text and "scale.batch=linear" in text
+    assert "#SBATCH --array=0-1" in text and "#SBATCH --mem=2G" in text and "--gres" not in text
+    assert main(["suite", "slurm", "baseline", "--mem", "lots"]) == 2
+    assert "not a SLURM memory size" in capsys.readouterr().err
+
+
+def test_report_of_a_missing_results_folder_says_what_to_do(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["suite", "report", "hierarchical"]) == 2
+    assert "run the suite first" in capsys.readouterr().err

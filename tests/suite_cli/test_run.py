@@ -1,0 +1,91 @@
+"""A real suite on CPU: runs, logs, report numbers equal to the runs' own summaries, resume, failures."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy import stats
+
+EXPERIMENTS = {"base": {}, "fast_lr": {"lr": 3.0e-3}}
+
+
+def _ci_text(values: list[float]) -> str:
+    """mean ± 95% Student-t half-width in percent, as the report prints it."""
+    x = 100 * np.asarray(values)
+    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    return f"{x.mean():.2f} ± {half:.2f}"
+
+
+def _md_row(report: str, experiment: str) -> list[str]:
+    line = next(ln for ln in report.splitlines() if re.match(rf"^\|\s*{re.escape(experiment)}( \(baseline\))?\s*\|", ln))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_suite_runs_reports_its_own_numbers_and_resumes(tmp_path, tiny_suite, cli):
+    suite_file = tiny_suite(tmp_path / "tiny.yaml", EXPERIMENTS)
+    t0 = time.monotonic()
+    res = cli(["suite", "run", str(suite_file), "--seeds", "2", "--procs", "1", "--root", "res"], cwd=tmp_path)
+    first_s = time.monotonic() - t0
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "4 ran, 0 already finished, 0 failed" in res.stdout
+    runs = {(e, s): tmp_path / "res" / "tiny" / e / f"seed{s}" for e in EXPERIMENTS for s in (0, 1)}
+    summaries = {k: json.loads((d / "summary.json").read_text()) for k, d in runs.items()}
+    assert all(s["status"] == "completed" and s["step"] == 4 for s in summaries.values())
+    # every run really is its own seed and experiment
+    for (exp, seed), run_dir in runs.items():
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert cfg["run"]["seed"] == seed and cfg["lr"] == (3.0e-3 if exp == "fast_lr" else 1.0e-3)
+        assert cfg["scale"] == {"batch": "linear", "lr": "sqrt", "base_world_size": 1}
+        log = (tmp_path / "logs" / "tiny" / f"{exp}-seed{seed}.log").read_text()
+        assert f"run.seed={seed}" in log and "eval @4" in log
+    assert yaml.safe_load((tmp_path / "res" / "tiny" / "suite.yaml").read_text())["baseline"] == "base"
+    assert len({summaries[k]["train"]["loss"] for k in summaries}) == 4  # seeds and lr change the run
+
+    report = (tmp_path / "res" / "tiny" / "report" / "report.md").read_text()
+    header = _md_row(report, "experiment")
+    for exp in EXPERIMENTS:
+        row = dict(zip(header, _md_row(report, exp)))
+        for metric in ("exact_accuracy", "token_accuracy"):
+            values = [summaries[(exp, s)]["eval"][metric] for s in (0, 1)]
+            assert row[f"{metric} (%)"] == _ci_text(values), (exp, metric, row)
+        token = _ci_text([summaries[(exp, s)]["eval"]["token_accuracy"] for s in (0, 1)])
+        assert re.search(rf"^\s+{exp}\b.*{re.escape(token)}", res.stdout, flags=re.M), res.stdout
+
+    mtimes = {k: (d / "summary.json").stat().st_mtime_ns for k, d in runs.items()}
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "res").rglob("seed*"))
+    t0 = time.monotonic()
+    again = cli(["suite", "run", str(suite_file), "--seeds", "2", "--procs", "1", "--root", "res"], cwd=tmp_path)
+    rerun_s = time.monotonic() - t0
+    assert again.returncode == 0, again.stderr
+    assert "0 ran, 4 already finished, 0 failed" in again.stdout
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "res").rglob("seed*")) == before
+    assert {k: (d / "summary.json").stat().st_mtime_ns for k, d in runs.items()} == mtimes
+    assert rerun_s < first_s / 2, (rerun_s, first_s)
+    plan = cli(["suite", "run", str(suite_file), "--seeds", "3", "--procs", "1", "--root", "res", "--dry-run"],
+               cwd=tmp_path).stdout
+    assert plan.count("skip (finished)") == 4 and "6 runs (4 already finished)" in plan
+
+
+def test_a_failed_run_is_reported_and_the_suite_goes_on(tmp_path, tiny_suite, cli):
+    # 30 is not divisible by 4 heads: the first run fails in validation, the second must still run
+    suite_file = tiny_suite(tmp_path / "mixed.yaml", {"ok": {}, "broken": {"arch.hidden_size": 30,
+                                                                           "arch.num_heads": 4}})
+    text = yaml.safe_load(suite_file.read_text())
+    text["experiments"] = {"broken": text["experiments"]["broken"], "ok": {}}
+    text["baseline"] = "ok"
+    suite_file.write_text(yaml.safe_dump(text, sort_keys=False))
+    res = cli(["suite", "run", str(suite_file), "--seeds", "1", "--root", "res"], cwd=tmp_path)
+    assert res.returncode == 1
+    assert "1 ran, 0 already finished, 1 failed" in res.stdout
+    assert re.search(r"FAILED broken-seed0 \(exit 2\); log: logs/mixed/broken-seed0\.log", res.stdout)
+    assert "not divisible by arch.num_heads" in res.stderr  # the log's tail is shown where it failed
+    assert (tmp_path / "res" / "mixed" / "ok" / "seed0" / "summary.json").is_file()
+    assert (tmp_path / "res" / "mixed" / "report" / "report.md").is_file()
+    rep = cli(["suite", "report", "res/mixed", "--test", "exact"], cwd=tmp_path)
+    assert rep.returncode == 0 and "res/mixed/report/report.md" in rep.stdout and "ok *" in rep.stdout
