@@ -114,7 +114,8 @@ def test_slurm_command_and_create_slurm_write_the_same_scripts(tmp_path, monkeyp
     names = sorted(p.name for p in (tmp_path / "a").glob("*.sbatch"))
     assert names == ["hrm.sbatch", "transformer_24.sbatch", "transformer_8.sbatch"]
     for n in names:
-        assert (tmp_path / "a" / n).read_text().replace(str(tmp_path / "a"), "") == (tmp_path / "b" / n).read_text().replace(str(tmp_path / "b"), "")
+        a_text = (tmp_path / "a" / n).read_text().replace(str(tmp_path / "a"), "")
+        assert a_text == (tmp_path / "b" / n).read_text().replace(str(tmp_path / "b"), "")
     text = (tmp_path / "a" / "transformer_8.sbatch").read_text()
     assert "--procs 2" in text and "arch.num_layers=2" in text and "scale.batch=linear" in text
     assert "#SBATCH --array=0-1" in text and "#SBATCH --mem=2G" in text and "--gres" not in text

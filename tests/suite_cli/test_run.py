@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import yaml
@@ -23,14 +26,16 @@ def _ci_text(values: list[float]) -> str:
 
 
 def _md_row(report: str, experiment: str) -> list[str]:
-    line = next(ln for ln in report.splitlines() if re.match(rf"^\|\s*{re.escape(experiment)}( \(baseline\))?\s*\|", ln))
+    pattern = rf"^\|\s*{re.escape(experiment)}( \(baseline\))?\s*\|"
+    line = next(ln for ln in report.splitlines() if re.match(pattern, ln))
     return [c.strip() for c in line.strip("|").split("|")]
 
 
 def test_suite_runs_reports_its_own_numbers_and_resumes(tmp_path, tiny_suite, cli):
     suite_file = tiny_suite(tmp_path / "tiny.yaml", EXPERIMENTS)
     t0 = time.monotonic()
-    res = cli(["suite", "run", str(suite_file), "--seeds", "2", "--procs", "1", "--root", "res"], cwd=tmp_path)
+    res = cli(["suite", "run", str(suite_file), "--seeds", "2", "--procs", "1", "--parallel", "2", "--root", "res"],
+              cwd=tmp_path)
     first_s = time.monotonic() - t0
     assert res.returncode == 0, res.stdout + res.stderr
     assert "4 ran, 0 already finished, 0 failed" in res.stdout
@@ -89,3 +94,27 @@ def test_a_failed_run_is_reported_and_the_suite_goes_on(tmp_path, tiny_suite, cl
     assert (tmp_path / "res" / "mixed" / "report" / "report.md").is_file()
     rep = cli(["suite", "report", "res/mixed", "--test", "exact"], cwd=tmp_path)
     assert rep.returncode == 0 and "res/mixed/report/report.md" in rep.stdout and "ok *" in rep.stdout
+
+
+def test_ctrl_c_checkpoints_the_running_run_and_a_rerun_resumes_it(tmp_path, tiny_suite):
+    suite_file = tiny_suite(tmp_path / "slow.yaml", {"slow": {}}, base={"steps": 60, "ckpt.every": 1})
+    cmd = [sys.executable, "-m", "distlab.cli", "suite", "run", str(suite_file), "--seeds", "1", "--root", "res",
+           "--no-report"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = tmp_path / "res" / "slow" / "slow" / "seed0"
+    deadline = time.monotonic() + 120
+    while len(list((run / "checkpoints").glob("step*"))) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the scheduler (the run has its own session)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, out
+    stopped = json.loads((run / "summary.json").read_text())
+    assert stopped["status"] == "preempted" and 2 <= stopped["step"] < 60, stopped
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "1 ran, 0 already finished, 0 failed" in again.stdout, again.stderr
+    final = json.loads((run / "summary.json").read_text())
+    assert final["status"] == "completed" and final["step"] == 60
+    log = (tmp_path / "logs" / "slow" / "slow-seed0.log").read_text()
+    assert log.count("===== ") == 2 and f"step{stopped['step']:08d}" in log and "resumed from" in log

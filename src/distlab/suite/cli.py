@@ -19,9 +19,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from distlab.errors import DistlabError, near_matches
+
+if TYPE_CHECKING:
+    from distlab.suite.spec import Suite
 
 # world-size scaling every suite run asks for unless its YAML says otherwise: the suites' batch and lr are
 # tuned for one device, so N devices run a global batch N times larger with lr * sqrt(N)
@@ -121,7 +124,7 @@ def _extra_overrides(extra: Sequence[str], flags: Sequence[str]) -> dict[str, st
     return out
 
 
-def _load(target: str, extra: Sequence[str], flags: Sequence[str]):
+def _load(target: str, extra: Sequence[str], flags: Sequence[str]) -> Suite:
     from distlab.suite.spec import load_suite
 
     return load_suite(target).layered(SCALE_DEFAULTS, _extra_overrides(extra, flags))
@@ -158,9 +161,8 @@ def _relative(path: Path) -> str:
 
 def cmd_report(a: argparse.Namespace) -> int:
     """Rebuild the report and print where it is with a short table."""
-    suite_dir = _suite_dir(a.target, a.root)
-    path = _build_and_print(suite_dir, a.test, sys.stdout)
-    return 0 if path is not None else 1
+    _build_and_print(_suite_dir(a.target, a.root), a.test, sys.stdout)
+    return 0
 
 
 def _suite_dir(target: str, root: str) -> Path:
@@ -172,7 +174,7 @@ def _suite_dir(target: str, root: str) -> Path:
     return Path(root) / load_suite(target).name
 
 
-def _build_and_print(suite_dir: Path, test: str, out: TextIO) -> Path | None:
+def _build_and_print(suite_dir: Path, test: str, out: TextIO) -> Path:
     import json
 
     from distlab.suite.report import build_report, fmt_ci
@@ -191,7 +193,7 @@ def _build_and_print(suite_dir: Path, test: str, out: TextIO) -> Path | None:
     for row in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)), file=out)
     if base:
-        print(f"  (* baseline; mean ± 95% CI half-width over seeds)", file=out)
+        print("  (* baseline; mean ± 95% CI half-width over seeds)", file=out)
     return path
 
 
@@ -222,6 +224,8 @@ class Active:
     started: float
     task: Any = None
     log_file: Any = None
+    total: int | None = None
+    checked: float = 0.0
 
 
 @dataclass
@@ -291,8 +295,7 @@ def device_slots(gpus: int | None, procs: int | None, parallel: int, visible: Se
     if procs is not None:
         if procs < 1:
             raise DistlabError(f"--procs {procs} must be 1 or more")
-        flags = ("--procs", str(procs)) if procs > 1 else ("--procs", "1")
-        return [Slot(flags) for _ in range(parallel)]
+        return [Slot(("--procs", str(procs))) for _ in range(parallel)]
     if gpus is None:
         if not visible:
             return [Slot(()) for _ in range(parallel)]  # CPU, one process per run
@@ -308,7 +311,7 @@ def device_slots(gpus: int | None, procs: int | None, parallel: int, visible: Se
     return [Slot(("--gpus", str(per)), ",".join(visible[i * per:(i + 1) * per])) for i in range(parallel)]
 
 
-def plan(suite, seeds, smoke: bool, root: Path, logs: Path, slots: Sequence[Slot]) -> list[Job]:
+def plan(suite: Suite, seeds: int | list[int], smoke: bool, root: Path, logs: Path, slots: Sequence[Slot]) -> list[Job]:
     """Every experiment x seed as a command; launcher flags come first, the run's overrides after."""
     flags = list(slots[0].flags)
     jobs = []
@@ -319,7 +322,7 @@ def plan(suite, seeds, smoke: bool, root: Path, logs: Path, slots: Sequence[Slot
     return jobs
 
 
-def print_plan(suite, jobs: Sequence[Job], slots: Sequence[Slot], out: TextIO) -> None:
+def print_plan(suite: Suite, jobs: Sequence[Job], slots: Sequence[Slot], out: TextIO) -> None:
     from distlab.suite.runs import is_finished
 
     todo = [j for j in jobs if not is_finished(j.out_dir)]
@@ -369,6 +372,8 @@ def execute(suite_name: str, jobs: Sequence[Job], slots: Sequence[Slot], env: di
                     slot = free.pop(0)
                     active.append(_start(pending.pop(0), slot, slots[slot], env, progress))
                 time.sleep(POLL_S)
+                for run in active:
+                    _show_step(run, progress)
                 for run in [r for r in active if r.proc.poll() is not None]:
                     active.remove(run)
                     free.append(run.slot)
@@ -392,6 +397,48 @@ def _start(job: Job, slot_id: int, slot: Slot, env: dict[str, str], progress) ->
                             start_new_session=True)
     task = progress.add_task(f"  {job.label} [{slot.describe()}]", total=None)
     return Active(job, proc, slot_id, time.monotonic(), task, log)
+
+
+def _show_step(run: Active, progress) -> None:
+    """The run's last logged step out of its ``steps`` (read from files the trainer writes anyway)."""
+    now = time.monotonic()
+    if now - run.checked < 2.0:
+        return
+    run.checked = now
+    if run.total is None:
+        run.total = _configured_steps(run.job.out_dir / "config.yaml")
+    step = _last_step(run.job.out_dir / "metrics.jsonl")
+    if run.total:
+        progress.update(run.task, total=run.total, completed=min(step or 0, run.total))
+
+
+def _configured_steps(path: Path) -> int | None:
+    import yaml
+
+    try:
+        steps = (yaml.safe_load(path.read_text()) or {}).get("steps")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    return steps if isinstance(steps, int) and steps > 0 else None
+
+
+def _last_step(path: Path) -> int | None:
+    """Step of the last complete line of metrics.jsonl, reading only the file's tail."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
 
 
 def _finish(run: Active, progress, total_task, outcome: Outcome) -> None:

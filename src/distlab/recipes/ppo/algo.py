@@ -160,7 +160,8 @@ def any_rank(flag: bool) -> bool:
     """True on every rank if it is True on some rank (keeps early stopping collective-safe)."""
     if rank_world()[1] == 1:
         return flag
-    t = torch.tensor([float(flag)])
+    dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.tensor([float(flag)], device=dev)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 
