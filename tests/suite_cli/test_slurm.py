@@ -56,7 +56,7 @@ def test_usr1_requeues_a_real_training_run_which_resumes_to_the_uninterrupted_re
     steps = 40
     suite_file = tiny_suite(tmp_path / "long.yaml", {"long": {}},
                             base={"steps": steps, "eval_every": 20, "ckpt.every": 1})
-    assert main(_slurm_args(suite_file, "--seeds", "1", "--cpus-per-task", "1")) == 0
+    assert main(_slurm_args(suite_file, "--seeds", "1", "--procs", "1", "--cpus-per-task", "1")) == 0
     job_id = slurm.sbatch(tmp_path / "slurm" / "long.sbatch", cwd=tmp_path)
     run = tmp_path / "res" / "long" / "long" / "seed0"
     deadline = time.monotonic() + 120
