@@ -1,9 +1,19 @@
-"""Experiment suites: YAML specs of experiments x seeds, statistics and reports, SLURM script generation."""
+"""Experiment suites: YAML specs of experiments x seeds, statistics and reports, SLURM script generation.
 
-from distlab.suite.report import build_report
-from distlab.suite.runs import is_finished, load_suite_runs
-from distlab.suite.slurm import write_slurm_scripts
-from distlab.suite.spec import RunSpec, Suite, load_suite, shipped_suites
+Names are imported on first use: every ``distlab`` command registers the suite CLI, and loading
+scipy and matplotlib for it would slow down each training process's start.
+"""
 
-__all__ = ["RunSpec", "Suite", "build_report", "is_finished", "load_suite", "load_suite_runs", "shipped_suites",
-           "write_slurm_scripts"]
+import importlib
+
+_EXPORTS = {"build_report": "report", "is_finished": "runs", "load_suite_runs": "runs",
+            "write_slurm_scripts": "slurm", "RunSpec": "spec", "Suite": "spec", "load_suite": "spec",
+            "shipped_suites": "spec"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"distlab.suite.{_EXPORTS[name]}"), name)
+    raise AttributeError(name)

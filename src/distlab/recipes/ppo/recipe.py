@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
-from typing import Any
 
 from distlab.config import BaseConfig
 from distlab.errors import DistlabError
@@ -19,45 +18,30 @@ from distlab.recipe import Recipe
 log = logging.getLogger("distlab")
 
 
-@dataclass
-class PPORecipeConfig(BaseConfig):
-    env: str = "CartPole-v1"  # any registered Gymnasium id, or "trading"
-    policy: str = "mlp"  # mlp | lstm | clstm
-    num_envs: int = 4  # per rank
-    num_steps: int = 128  # rollout length per env (the seed's --batch_size)
-    total_timesteps: int = 500_000  # summed over ranks
-    num_episodes: int = 0  # stop after this many finished episodes (summed over ranks); 0 = off
-    lr: float = 2.5e-4
-    anneal_lr: bool = True
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    num_minibatches: int = 4
-    update_epochs: int = 4
-    norm_adv: bool = True
-    clip_coef: float = 0.2
-    clip_vloss: bool = True
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    target_kl: float | None = None
-    mask_velocity: bool = False
-    async_envs: bool = False
-    stop_return: float | None = None
-    hidden_size: int | None = None
-    num_layers: int = 2
-    enc_size: int = 64
-    feat_hidden: int = 128
-    trading_data: str | None = None
-    trading_start: str | None = "2009-01-01"
-    trading_end: str | None = "2016-01-01"
-    hmax: int = 100
-    initial_amount: float = 1e6
-    transaction_cost: float = 0.001
-    reward_scaling: float = 1e-4
-    turbulence_threshold: float | None = None
-    window: int = 1
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    cudnn_benchmark: bool = True
+# Settings the core already owns (seed, device, precision) are taken from run.* and dist.*; every other
+# PPO hyperparameter is a top-level key, named as in CleanRL, with the algorithm's own defaults.
+_FROM_CORE = {"env_id", "seed", "device", "bf16", "tf32", "torch_threads", "cudnn_benchmark"}
+
+
+def _recipe_fields() -> list:
+    from distlab.recipes.ppo.algo import PPOConfig
+
+    out = [("env", str, field(default="CartPole-v1")),  # any registered Gymnasium id, or "trading"
+           ("num_episodes", int, field(default=0)),  # stop after this many finished episodes (all ranks); 0 = off
+           ("cudnn_benchmark", bool, field(default=True))]
+    import typing
+
+    hints = typing.get_type_hints(PPOConfig)
+    for f in dataclasses.fields(PPOConfig):
+        if f.name not in _FROM_CORE:
+            default = {"default_factory": f.default_factory} if f.default_factory is not dataclasses.MISSING else \
+                {"default": f.default}
+            out.append((f.name, hints[f.name], field(**default)))
+    return out
+
+
+PPORecipeConfig = dataclasses.make_dataclass("PPORecipeConfig", _recipe_fields(), bases=(BaseConfig,))
+PPORecipeConfig.__module__ = __name__
 
 
 def to_algo_config(cfg: PPORecipeConfig, device: str):
@@ -65,7 +49,7 @@ def to_algo_config(cfg: PPORecipeConfig, device: str):
 
     names = {f.name for f in dataclasses.fields(PPOConfig)}
     values = {k: getattr(cfg, k) for k in names if hasattr(cfg, k)}
-    values.update(env_id=cfg.env, seed=cfg.run.seed, device=device, tf32=cfg.dist.tf32,
+    values.update(env_id=cfg.env, seed=cfg.run.seed, device=device, tf32=cfg.dist.tf32, cudnn_benchmark=cfg.cudnn_benchmark,
                   bf16=cfg.dist.precision.value == "bf16" if hasattr(cfg.dist.precision, "value")
                   else cfg.dist.precision == "bf16", env_kwargs=dict(cfg.env_kwargs))
     return PPOConfig(**{k: v for k, v in values.items() if k in names})
