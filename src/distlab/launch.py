@@ -39,6 +39,8 @@ def world_plan(opts: LaunchOptions) -> tuple[int, list[str]]:
         if opts.procs < 1:
             raise DistlabError(f"--procs {opts.procs} must be 1 or more")
         return opts.procs, ["dist.device=cpu", "dist.backend=gloo"]
+    if opts.gpus == 0:  # the seed scripts' --num_gpus 0: one process on the CPU
+        return 1, ["dist.device=cpu"]
     if opts.gpus is not None:
         return check_gpus_available(opts.gpus), ["dist.device=cuda"]
     return 1, []

@@ -47,3 +47,23 @@ def test_two_rank_run_resumes_exactly(workdir, arch):
     assert [r["loss"] for r in _train_rows(cut)] == [r["loss"] for r in _train_rows(full)]
     assert b["eval"]["exact_accuracy"] == a["eval"]["exact_accuracy"]
     assert a["eval"]["count"] == 24  # every test example counted exactly once across the 2 ranks
+
+
+def test_eval_command_matches_training_eval_and_writes_reports(workdir):
+    run_dir = workdir / "runs" / "hrm-full"
+    if not (run_dir / "summary.json").exists():
+        run_cli(["train", "hrm", *TINY, "arch.name=hrm", "run.name=hrm-full", "--procs", "2"], workdir)
+    run_cli(["eval", str(run_dir), "--procs", "2"], workdir)
+    ev = json.loads((run_dir / "eval.json").read_text())
+    trained = _summary(run_dir)["eval"]
+    assert ev["count"] == 24 and ev["step"] == 6
+    assert ev["exact_accuracy"] == trained["exact_accuracy"]
+    assert abs(ev["token_accuracy"] - trained["token_accuracy"]) < 1e-9
+    assert sum(r["count"] for r in ev["by_difficulty"]) == 24
+    out = run_dir / "eval" / "step00000006"
+    import numpy as np
+
+    pred = np.load(out / "predictions.npz")
+    assert sorted(pred["index"].tolist()) == list(range(24)) and pred["preds"].shape == (24, 81)
+    assert (out / "by_difficulty.md").read_text().startswith("|") and (out / "by_difficulty.png").exists()
+    assert (run_dir / "predictions.npz").exists()  # saved by the final evaluation of training too
