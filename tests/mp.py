@@ -41,7 +41,14 @@ def run_ranks(fn: Callable, world_size: int, *args: Any) -> list[Any]:
     queue = ctx.SimpleQueue()
     procs = mp.start_processes(_worker, args=(world_size, free_port(), fn, args, queue),
                                nprocs=world_size, join=False, start_method="spawn")
-    while not procs.join():
-        pass
-    results = dict(queue.get() for _ in range(world_size))
+    results: dict[int, Any] = {}
+    done = False
+    while not done:  # drain while waiting: a rank blocks on a full pipe until its result is read
+        while not queue.empty():
+            rank, value = queue.get()
+            results[rank] = value
+        done = procs.join(timeout=0.1)  # raises if a rank failed
+    while not queue.empty():
+        rank, value = queue.get()
+        results[rank] = value
     return [results[r] for r in range(world_size)]
