@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU measurements behind docs/benchmarks.md: HRM and CLSTM-PPO scaling on 1 and 2 GPUs, then HRM and TRM
 # trained side by side (one GPU each) for a fixed wall-time budget on generated hard Sudoku.
-# Usage (2-GPU machine, repo root): bash benchmarks/gpu_scaling.sh OUT_DIR [MARKET_DIR] [TRAIN_SECONDS]
+# Usage (repo root): [GPUS=1,2,4,8] bash benchmarks/gpu_scaling.sh OUT_DIR [MARKET_DIR] [TRAIN_SECONDS]
 set -uo pipefail
-OUT=${1:-bench_out}; MARKET=${2:-../shared/data/market}; TRAIN_S=${3:-100}
+OUT=${1:-bench_out}; MARKET=${2:-../shared/data/market}; TRAIN_S=${3:-100}; GPUS=${GPUS:-1,2}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
@@ -15,9 +15,9 @@ timeout 90 $D data sudoku --output-dir $DATA --train-size 1000 --test-size 1000 
 HRM="--config sudoku-extreme-1k data.path=$DATA steps=100 lr_warmup_steps=10 log.every=10 dist.compile=true \
   data.eval_limit=768"
 stage hrm scaling
-timeout 190 $D bench scaling hrm --gpus 1,2 $HRM 2>&1 | grep -v Warning | tail -n 12
+timeout 190 $D bench scaling hrm --gpus $GPUS $HRM 2>&1 | grep -v Warning | tail -n 12
 stage ppo scaling
-timeout 80 $D bench scaling ppo --gpus 1,2 env=trading policy=clstm window=30 num_envs=16 num_steps=128 \
+timeout 80 $D bench scaling ppo --gpus $GPUS env=trading policy=clstm window=30 num_envs=16 num_steps=128 \
   total_timesteps=32768 log.every=1 trading_data=$MARKET/DJI_2009_2020.csv,$MARKET/SPY_2009_2020.csv \
   2>&1 | grep -v Warning | tail -n 12
 stage "hrm + trm training (${TRAIN_S}s each, GPU0 / GPU1)"
