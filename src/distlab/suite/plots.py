@@ -6,13 +6,12 @@ process, a thread or a headless node touches no global GUI state.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from distlab.atomic import atomic_save_figure
 from distlab.errors import DistlabError
 
 
@@ -29,15 +28,7 @@ def _figure(width: float = 7.0, height: float = 4.0):
 
 def save_png(fig, path: Path) -> Path:
     """Atomic like every other user-facing file: render to a sibling temp file, then rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_save_figure(fig, path, bbox_inches="tight")
 
 
 def learning_curves(bands: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],

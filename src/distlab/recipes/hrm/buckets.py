@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from distlab.atomic import atomic_save_figure
 from distlab.errors import DistlabError
 
 UNKNOWN = "unknown"
@@ -100,13 +100,4 @@ def plot_buckets(rows: list[dict], path: str | os.PathLike, title: str = "exact 
     ax.set_ylabel("exact accuracy")
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format=(path.suffix.lstrip(".") or "png"), bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_save_figure(fig, path, bbox_inches="tight")

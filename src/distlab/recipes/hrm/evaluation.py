@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from distlab.checkpoint import atomic_write_json
+from distlab.atomic import atomic_path, atomic_write_json, atomic_write_text
 from distlab.recipes.hrm.data.format import PuzzleSplit
 from distlab.sampler import eval_shard
 from distlab.wrap import unwrap
@@ -94,10 +94,9 @@ def _per_example_reports(split: PuzzleSplit, parts: list[dict], save_dir: Path |
         out["arc_tasks"] = arc.get("tasks")
     if save_dir is not None:
         save_dir = Path(save_dir)
-        tmp = save_dir / ".predictions.tmp.npz"
-        np.savez_compressed(tmp, index=index, preds=preds, q_halt=q_halt, exact=exact)
-        tmp.replace(save_dir / "predictions.npz")
+        with atomic_path(save_dir / "predictions.npz") as tmp:
+            np.savez_compressed(tmp, index=index, preds=preds, q_halt=q_halt, exact=exact)
         atomic_write_json(save_dir / "by_difficulty.json", rows)
-        (save_dir / "by_difficulty.md").write_text(render_table(rows) + "\n")
+        atomic_write_text(save_dir / "by_difficulty.md", render_table(rows) + "\n")
         plot_buckets(rows, save_dir / "by_difficulty.png", f"{cfg.run.name}: exact accuracy by difficulty")
     return out

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from distlab.atomic import atomic_save_figure, atomic_write_json
 from distlab.recipes.ppo.policy import ActorCritic
 from distlab.recipes.ppo.trading import StockTradingEnv
 
@@ -58,20 +56,6 @@ def run_policy(policy: ActorCritic, env: StockTradingEnv, deterministic: bool = 
     return np.asarray(values)
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Readers never see a half-written file: write a temp file beside it, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_equity_plot(path: str | Path, curves: dict[str, tuple[np.ndarray, np.ndarray]],
                      title: str = "Equity curve") -> None:
     """Plot ``{label: (dates, values)}`` to a PNG, written atomically."""
@@ -89,14 +73,8 @@ def save_equity_plot(path: str | Path, curves: dict[str, tuple[np.ndarray, np.nd
     ax.set_ylabel("portfolio value")
     ax.legend()
     fig.autofmt_xdate()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=100)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        atomic_save_figure(fig, path, dpi=100)
     finally:
         plt.close(fig)
 
@@ -117,6 +95,6 @@ def backtest(policy: ActorCritic, env: StockTradingEnv, out_dir: str | Path | No
               "policy": performance(agent), "buy_and_hold": performance(hold)}
     if out_dir is not None:
         out_dir = Path(out_dir)
-        write_json_atomic(out_dir / "backtest.json", result)
+        atomic_write_json(out_dir / "backtest.json", result)
         save_equity_plot(out_dir / "equity.png", {"policy": (dates, agent), "buy and hold": (dates, hold)})
     return result

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from distlab.atomic import atomic_path
 from distlab.errors import DistlabError
 
 SPLITS = ("train", "test")
@@ -70,16 +70,8 @@ class PuzzleMetadata:
 
 def _atomic_write(path: Path, write: Any, mode: str = "wb") -> None:
     """Write via a temp file in the same directory so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path, ".tmp") as tmp, open(tmp, mode) as fh:
+        write(fh)
 
 
 def save_npy(path: Path, array: np.ndarray) -> None:

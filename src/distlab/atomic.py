@@ -1,0 +1,53 @@
+"""Atomic file writes: results, reports, plots and checkpoints appear whole or not at all.
+
+Everything a person or a resumed job reads is written to a temporary file beside its target and then
+renamed over it, so a crash mid-write leaves the previous version intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """A temporary path beside ``path``; renamed onto it on success, removed on failure.
+
+    The temporary name keeps ``path``'s suffix (or ``suffix``) so writers that pick a format from
+    the extension (matplotlib, numpy) behave as they would on the real name.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix or path.suffix)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def atomic_save_figure(fig: Any, path: str | os.PathLike, **savefig_kw: Any) -> Path:
+    """``fig.savefig`` through a temporary file; returns ``path``."""
+    path = Path(path)
+    with atomic_path(path, path.suffix or ".png") as tmp:
+        fig.savefig(tmp, format=(path.suffix.lstrip(".") or "png"), **savefig_kw)
+    return path
