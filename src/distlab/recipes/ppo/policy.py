@@ -11,6 +11,7 @@ what the rollout computed.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import gymnasium as gym
 import numpy as np
@@ -82,7 +83,7 @@ def run_lstm(lstm: nn.LSTM, x: torch.Tensor, state: State, done: torch.Tensor) -
     return torch.cat(outs).reshape(-1, h.shape[-1]), (h, c)
 
 
-class ActorCritic(nn.Module):
+class ActorCritic(nn.Module, ABC):
     """Shared API; subclasses implement ``features`` -> (actor features, critic features, new state)."""
 
     is_recurrent = False
@@ -90,8 +91,9 @@ class ActorCritic(nn.Module):
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
         return ()
 
+    @abstractmethod
     def features(self, obs: torch.Tensor, state: State, done: torch.Tensor):
-        raise NotImplementedError
+        """(actor features, critic features, new recurrent state) for a batch of observations."""
 
     def get_value(self, obs: torch.Tensor, state: State, done: torch.Tensor) -> torch.Tensor:
         _, critic, _ = self.features(obs, state, done)

@@ -8,6 +8,7 @@ three architectures differ in exactly one place.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +23,7 @@ InnerCarry = tuple[torch.Tensor, ...]
 _HALF_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
-class RecurrentCore(nn.Module):
+class RecurrentCore(nn.Module, ABC):
     """Base inner network: ``forward(carry, batch) -> (carry, logits, q_halt, q_continue)``."""
 
     num_states: int = 1
@@ -83,9 +84,9 @@ class RecurrentCore(nn.Module):
     def cos_sin(self) -> CosSin | None:
         return self.rotary() if self.rotary is not None else None
 
+    @abstractmethod
     def recur(self, carry: InnerCarry, x: torch.Tensor, cos_sin: CosSin | None) -> tuple[InnerCarry, torch.Tensor]:
         """Update the carried states for one segment; return them and the state to decode."""
-        raise NotImplementedError
 
     def forward(self, carry: InnerCarry, batch: dict[str, torch.Tensor]
                 ) -> tuple[InnerCarry, torch.Tensor, torch.Tensor, torch.Tensor]:
