@@ -40,8 +40,5 @@ def evaluate_run(target: Path, overrides: list[str], opts) -> int:
     recipe = extra.get("recipe")
     if not recipe:
         raise DistlabError(f"{ckpt} does not name its recipe")
-    import os
-
-    os.environ["DISTLAB_EVAL_CHECKPOINT"] = str(ckpt.resolve())
     # evaluation never trains or writes checkpoints into the run
-    return launch(recipe, [str(cfg_file)], ["run.resume=never", *overrides], opts)
+    return launch(recipe, [str(cfg_file)], ["run.resume=never", *overrides], opts, eval_checkpoint=ckpt)

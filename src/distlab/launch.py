@@ -11,6 +11,7 @@ import os
 import shlex
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from distlab.dist import detect_env, port_is_free
 from distlab.errors import DistlabError
@@ -69,18 +70,20 @@ def preflight(recipe_name: str, presets: list[str], overrides: list[str], world_
     return recipe, cfg
 
 
-def train(recipe_name: str, presets: list[str], overrides: list[str], opts: LaunchOptions) -> int:
+def train(recipe_name: str, presets: list[str], overrides: list[str], opts: LaunchOptions,
+          eval_checkpoint: Path | None = None) -> int:
+    """Start the ranks of a training run (or, with ``eval_checkpoint``, of an evaluation)."""
     from distlab import worker
 
     if detect_env().launcher != "single":  # already a rank of somebody else's launcher
-        return worker.main([recipe_name, *sum((["--config", p] for p in presets), []), *overrides])
+        return worker.main(worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint))
     nproc, pinned = world_plan(opts)
     overrides = [*pinned, *overrides]
     recipe, cfg = preflight(recipe_name, presets, overrides, nproc * opts.nodes)
     # the run name is fixed here so that every restart (and every node) lands in the same directory
     overrides = [*overrides, f"run.name={cfg.run.name}"]
     os.environ["DISTLAB_CMDLINE"] = shlex.join(["distlab", *sys.argv[1:]])
-    worker_args = [recipe_name, *sum((["--config", p] for p in presets), []), *overrides]
+    worker_args = worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint)
     if nproc * opts.nodes == 1 and opts.max_restarts == 0:
         return worker.main(worker_args)
     if opts.master_port and opts.nodes == 1 and not port_is_free(opts.master_port):

@@ -6,6 +6,7 @@ in-process for a single local run.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -66,14 +67,13 @@ def start_session(recipe: Recipe, presets: list[str], overrides: list[str]) -> S
     return Session(cfg, rt, recipe.name, run_dir, payload[1])
 
 
-def run(recipe_name: str, presets: list[str], overrides: list[str]) -> dict:
+def run(recipe_name: str, presets: list[str], overrides: list[str], eval_checkpoint: Path | None = None) -> dict:
     recipe = load_recipe(recipe_name)
     session = start_session(recipe, presets, overrides)
     session.install_signal_handlers()
     try:
-        ckpt = os.environ.get("DISTLAB_EVAL_CHECKPOINT")
-        if ckpt:
-            return _evaluate(recipe, session, Path(ckpt))
+        if eval_checkpoint is not None:
+            return _evaluate(recipe, session, eval_checkpoint)
         summary = recipe.train(session.cfg, session)
         session.finish(summary)
         return summary
@@ -96,24 +96,29 @@ def _evaluate(recipe: Recipe, session: Session, ckpt: Path) -> dict:
     return metrics
 
 
-def _split_args(argv: list[str]) -> tuple[str, list[str], list[str]]:
-    recipe, rest = argv[0], argv[1:]
-    presets, overrides, i = [], [], 0
-    while i < len(rest):
-        if rest[i] == "--config":
-            presets.append(rest[i + 1])
-            i += 2
-        else:
-            overrides.append(rest[i])
-            i += 1
-    return recipe, presets, overrides
+def worker_argv(recipe: str, presets: list[str], overrides: list[str], eval_checkpoint: Path | None = None
+                ) -> list[str]:
+    """The command line of one rank (what the launcher hands to torchrun); :func:`main` parses it."""
+    flags = [x for p in presets for x in ("--config", p)]
+    if eval_checkpoint is not None:
+        flags += ["--eval", str(Path(eval_checkpoint).resolve())]
+    return [recipe, *flags, *overrides]
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="distlab.worker", add_help=False)
+    p.add_argument("recipe")
+    p.add_argument("--config", action="append", default=[])
+    p.add_argument("--eval", dest="eval_checkpoint", type=Path, default=None)
+    a, a.overrides = p.parse_known_args(argv)
+    return a
 
 
 def main(argv: list[str] | None = None) -> int:
-    recipe, presets, overrides = _split_args(list(sys.argv[1:] if argv is None else argv))
+    a = _parse(list(sys.argv[1:] if argv is None else argv))
     rank = os.environ.get("RANK", "0")
     try:
-        run(recipe, presets, overrides)
+        run(a.recipe, a.config, a.overrides, a.eval_checkpoint)
         return 0
     except DistlabError as exc:
         print(f"distlab: error: {exc}", file=sys.stderr)
