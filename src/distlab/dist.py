@@ -121,13 +121,13 @@ class Runtime:
             vec = vec.cpu()
         return dict(zip(keys, vec.tolist()))
 
-    def any_flag(self, flag: bool) -> bool:
-        """True on every rank if it is True on any rank (used for agreed stop points)."""
+    def any_flags(self, *flags: bool) -> tuple[bool, ...]:
+        """Each flag True on every rank if it is True on any rank: one collective for all of them."""
         if not self.distributed:
-            return flag
-        t = torch.tensor([1.0 if flag else 0.0], device=self.device if self.backend == "nccl" else "cpu")
+            return tuple(bool(f) for f in flags)
+        t = torch.tensor([float(f) for f in flags], device=self.device if self.backend == "nccl" else "cpu")
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item() > 0)
+        return tuple(bool(v > 0) for v in t.tolist())
 
     # -- seeds and checks --------------------------------------------------------------------
     def seed_everything(self, seed: int, per_rank: bool = False) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,6 @@ class Session:
         self.metrics = MetricLogger(self.run_dir, rt.is_main, cfg.log, cfg.run.name,
                                     config={"yaml": to_yaml(cfg)} if rt.is_main else None)
         self._stop_signal = False
-        import time
-
         self._t0 = time.monotonic()
         set_fast_math(rt, cfg.dist.tf32)
 
@@ -94,20 +93,19 @@ class Session:
 
         signal.signal(signal.SIGUSR1, handler)
 
-    def time_up(self) -> bool:
-        """Collective: the run's wall-time budget (``run.time_limit_s``) is spent on some rank."""
-        import time
+    def stop_check(self, step: int) -> tuple[bool, bool]:
+        """``(stop_requested, time_up)``, agreed by all ranks in one collective per step.
 
+        Stop: SIGUSR1 arrived on some rank or ``run.stop_at`` is reached (checkpoint, then exit).
+        Time up: ``run.time_limit_s`` of wall time is spent on some rank (end training, evaluate).
+        """
         limit = self.cfg.run.time_limit_s
-        if not limit:
-            return False
-        return self.rt.any_flag(time.monotonic() - self._t0 > limit)
+        over = bool(limit) and time.monotonic() - self._t0 > limit
+        signalled, time_up = self.rt.any_flags(self._stop_signal, over)
+        return signalled or bool(self.cfg.run.stop_at and step >= self.cfg.run.stop_at), time_up
 
     def stop_requested(self, step: int) -> bool:
-        """Collective: all ranks agree, so they checkpoint at the same step."""
-        if self.cfg.run.stop_at and step >= self.cfg.run.stop_at:
-            return True
-        return self.rt.any_flag(self._stop_signal)
+        return self.stop_check(step)[0]
 
     # -- end --------------------------------------------------------------------------------
     def finish(self, summary: dict) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from distlab.atomic import atomic_path, atomic_write_json, atomic_write_text
+from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.data.format import PuzzleSplit
 from distlab.sampler import eval_shard
 from distlab.wrap import unwrap
@@ -28,8 +29,6 @@ def _eval_indices(cfg, split: PuzzleSplit) -> int:
 
 @torch.no_grad()
 def evaluate(cfg, session, model, split: PuzzleSplit, save_dir: Path | None = None) -> dict:
-    from distlab.recipes.hrm.train import make_batch
-
     rt = session.rt
     n = _eval_indices(cfg, split)
     local_batch = max(1, cfg.global_batch_size // rt.world_size)

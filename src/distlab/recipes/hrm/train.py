@@ -13,9 +13,8 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
 
+from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.config import HRMConfig
 from distlab.recipes.hrm.data.format import PuzzleSplit, load_split
 from distlab.recipes.hrm.evaluation import evaluate
@@ -27,21 +26,6 @@ from distlab.sampler import GlobalBatchSampler
 from distlab.wrap import clip_grad, unwrap
 
 log = logging.getLogger("distlab")
-
-
-def make_batch(split: PuzzleSplit, idx: np.ndarray, device: torch.device, arrays=None) -> dict[str, torch.Tensor]:
-    """Rows ``idx`` as tensors; labels equal to the dataset's ignore id become -100."""
-    inputs, labels, pids = arrays if arrays is not None else split.example_arrays()
-    order = np.argsort(idx, kind="stable")  # memory-mapped reads are faster in index order
-    sorted_idx = idx[order]
-    inv = np.empty_like(order)
-    inv[order] = np.arange(len(order))
-    x = torch.from_numpy(np.asarray(inputs[sorted_idx])[inv].astype(np.int64))
-    y = torch.from_numpy(np.asarray(labels[sorted_idx])[inv].astype(np.int64))
-    y[y == split.metadata.ignore_label_id] = -100
-    p = torch.from_numpy(np.asarray(pids[sorted_idx])[inv].astype(np.int64))
-    return {"inputs": x.to(device, non_blocking=True), "labels": y.to(device, non_blocking=True),
-            "puzzle_identifiers": p.to(device, non_blocking=True)}
 
 
 def total_steps(cfg: HRMConfig, num_examples: int) -> int:
@@ -129,10 +113,11 @@ def train(cfg: HRMConfig, session) -> dict:
         elapsed = elapsed_before + time.perf_counter() - t_start
         if cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
             _eval(cfg, session, model, ema, test_split, step, flops_done, elapsed, final=False)
-        if step < steps and session.time_up():
+        stop, time_up = session.stop_check(step)
+        if time_up and step < steps:
             log.info("run.time_limit_s reached at step %d of %d: evaluating now", step, steps)
             steps = step
-        stop = session.stop_requested(step) and step < steps
+        stop = stop and step < steps
         if session.due(step) or stop or step == steps:
             rank_state = {"carry": carry, "ema": ema.state_dict() if ema else None}
             session.save(step, model, dense, {"step": step, "sampler": sampler.state_dict(), "elapsed_s": elapsed},
