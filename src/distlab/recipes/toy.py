@@ -150,7 +150,6 @@ def train(cfg: ToyConfig, session) -> dict:
     if extra:
         step = extra["step"]
         sampler.load_state_dict(extra["sampler"])
-    session.install_signal_handlers()
     progress, meter = session.progress(cfg.steps, step), session.throughput()
     flops = flops_per_example(cfg)
     status, last = "completed", {}

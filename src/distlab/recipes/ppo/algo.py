@@ -156,12 +156,11 @@ def gather_episodes(returns: list[float], lengths: list[int], device: torch.devi
     return rows[:, 0].tolist(), [int(v) for v in rows[:, 1].tolist()]
 
 
-def any_rank(flag: bool) -> bool:
+def any_rank(flag: bool, device: torch.device) -> bool:
     """True on every rank if it is True on some rank (keeps early stopping collective-safe)."""
     if rank_world()[1] == 1:
         return flag
-    dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    t = torch.tensor([float(flag)], device=dev)
+    t = torch.tensor([float(flag)], device=_comm_device(device))
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 
@@ -431,7 +430,7 @@ def _train_loop(cfg: PPOConfig, run: PPORun, envs: gym.vector.VectorEnv, hooks: 
                        episodic_length=float(np.mean(lens)) if lens else float("nan"),
                        mean_return_100=mean100, sps=(run.global_step - steps_at_start) / max(elapsed, 1e-9))
         stop = bool(hooks.on_update(update, run.global_step, metrics)) or solved_at is not None
-        if any_rank(stop):
+        if any_rank(stop, device):
             break
     elapsed = time.perf_counter() - t0
     return {"mean_return_100": float(np.mean(recent)) if recent else float("nan"), "episodes": episodes_total,

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import typing
 from dataclasses import field
 from pathlib import Path
 
 from distlab.config import BaseConfig
 from distlab.errors import DistlabError
 from distlab.recipe import Recipe
+from distlab.recipes.ppo.algo import PPOConfig, PPOHooks
+from distlab.recipes.ppo.algo import train as ppo_train
 
 log = logging.getLogger("distlab")
 
@@ -24,13 +27,9 @@ _FROM_CORE = {"env_id", "seed", "device", "bf16", "tf32", "torch_threads", "cudn
 
 
 def _recipe_fields() -> list:
-    from distlab.recipes.ppo.algo import PPOConfig
-
     out = [("env", str, field(default="CartPole-v1")),  # any registered Gymnasium id, or "trading"
            ("num_episodes", int, field(default=0)),  # stop after this many finished episodes (all ranks); 0 = off
            ("cudnn_benchmark", bool, field(default=True))]
-    import typing
-
     hints = typing.get_type_hints(PPOConfig)
     for f in dataclasses.fields(PPOConfig):
         if f.name not in _FROM_CORE:
@@ -44,20 +43,15 @@ PPORecipeConfig = dataclasses.make_dataclass("PPORecipeConfig", _recipe_fields()
 PPORecipeConfig.__module__ = __name__
 
 
-def to_algo_config(cfg: PPORecipeConfig, device: str):
-    from distlab.recipes.ppo.algo import PPOConfig
-
+def to_algo_config(cfg: PPORecipeConfig, device: str) -> PPOConfig:
     names = {f.name for f in dataclasses.fields(PPOConfig)}
     values = {k: getattr(cfg, k) for k in names if hasattr(cfg, k)}
-    values.update(env_id=cfg.env, seed=cfg.run.seed, device=device, tf32=cfg.dist.tf32, cudnn_benchmark=cfg.cudnn_benchmark,
-                  bf16=cfg.dist.precision.value == "bf16" if hasattr(cfg.dist.precision, "value")
-                  else cfg.dist.precision == "bf16", env_kwargs=dict(cfg.env_kwargs))
-    return PPOConfig(**{k: v for k, v in values.items() if k in names})
+    values.update(env_id=cfg.env, seed=cfg.run.seed, device=device, tf32=cfg.dist.tf32,
+                  bf16=cfg.dist.precision == "bf16", env_kwargs=dict(cfg.env_kwargs))
+    return PPOConfig(**values)
 
 
 def train(cfg: PPORecipeConfig, session) -> dict:
-    from distlab.recipes.ppo.algo import train as ppo_train
-
     algo_cfg = to_algo_config(cfg, str(session.rt.device))
     hooks = _CoreHooks(cfg, session, algo_cfg)
     summary = ppo_train(algo_cfg, hooks)
@@ -65,13 +59,7 @@ def train(cfg: PPORecipeConfig, session) -> dict:
     return {"status": hooks.status, **summary}
 
 
-def _make_hooks_base():
-    from distlab.recipes.ppo.algo import PPOHooks
-
-    return PPOHooks
-
-
-class _CoreHooks(_make_hooks_base()):
+class _CoreHooks(PPOHooks):
     """Checkpoint, resume, log and stop PPO through the core session."""
 
     def __init__(self, cfg: PPORecipeConfig, session, algo_cfg) -> None:
