@@ -20,7 +20,7 @@ def _figure(width: float = 7.0, height: float = 4.0):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise DistlabError("report plots need matplotlib; install it with: pip install 'distlab[plots]'") from None
+        raise DistlabError("report plots need matplotlib; install it with: pip install matplotlib") from None
     fig = Figure(figsize=(width, height), dpi=110)
     FigureCanvasAgg(fig)
     return fig

@@ -82,7 +82,7 @@ def plot_buckets(rows: list[dict], path: str | os.PathLike, title: str = "exact 
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise DistlabError("plots need matplotlib; install it with: pip install 'distlab[plots]'") from None
+        raise DistlabError("plots need matplotlib; install it with: pip install matplotlib") from None
     if not rows:
         raise DistlabError("no buckets to plot: accuracy_by_difficulty got no examples")
     path = Path(path)
