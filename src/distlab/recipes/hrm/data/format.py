@@ -23,8 +23,10 @@ PyTorch cross-entropy ignore index); the files keep HRM's raw values.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -311,3 +313,13 @@ def load_split(directory: str | os.PathLike, split: str, mmap: bool = True) -> P
 
 def load_identifiers(directory: str | os.PathLike) -> list[str]:
     return json.loads(_need(Path(directory) / "identifiers.json").read_text())
+
+
+def read_headed_csv(path: str | os.PathLike, columns: list[str], kind: str) -> Iterator[list[str]]:
+    """Records of a CSV whose first columns must be ``columns`` (HRM's puzzle CSVs), header checked."""
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header[:len(columns)]] != columns:
+            raise DistlabError(f"{path}: expected a header '{','.join(columns)}' ({kind} CSV)")
+        yield from reader

@@ -13,7 +13,6 @@ only mazes whose shortest path is unique (otherwise the label would be ambiguous
 
 from __future__ import annotations
 
-import csv
 import os
 import random
 import time
@@ -23,7 +22,7 @@ import numpy as np
 
 from distlab.errors import DistlabError
 
-from .format import PuzzleMetadata, SplitBuilder, write_identifiers
+from .format import PuzzleMetadata, SplitBuilder, read_headed_csv, write_identifiers
 from .grids import DIHEDRAL_INVERSE, dihedral, inverse_dihedral
 
 SIZE = 30
@@ -207,14 +206,9 @@ Row = tuple[np.ndarray, np.ndarray, float]
 def read_csv(path: str | os.PathLike) -> list[Row]:
     """Maze-Hard CSV; difficulty = path length of the given answer."""
     rows: list[Row] = []
-    with open(path, newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:4]] != ["source", "question", "answer", "rating"]:
-            raise DistlabError(f"{path}: expected a header 'source,question,answer,rating' (Maze-Hard CSV)")
-        for rec in reader:
-            q, a = to_grid(rec[1]), to_grid(rec[2])
-            rows.append((q, a, float(np.sum(a == PATH) + 1)))
+    for rec in read_headed_csv(path, ["source", "question", "answer", "rating"], "Maze-Hard"):
+        q, a = to_grid(rec[1]), to_grid(rec[2])
+        rows.append((q, a, float(np.sum(a == PATH) + 1)))
     return rows
 
 

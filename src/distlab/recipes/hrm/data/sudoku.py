@@ -11,7 +11,6 @@ on that column with ``--min-difficulty``). "Hard" generated puzzles have effort 
 
 from __future__ import annotations
 
-import csv
 import os
 import time
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ import numpy as np
 
 from distlab.errors import DistlabError
 
-from .format import PuzzleMetadata, SplitBuilder, write_identifiers
+from .format import PuzzleMetadata, SplitBuilder, read_headed_csv, write_identifiers
 from .sudoku_generate import HARD_EFFORT, check_blanks, generate_puzzles
 from .sudoku_solver import solve
 
@@ -159,15 +158,10 @@ def _solve_unique(puzzle: list[int], where: str) -> tuple[list[int], int]:
 def read_csv(path: str | os.PathLike, min_difficulty: float | None = None) -> list[Row]:
     """Sudoku-Extreme CSV (``source,q,a,rating``, '.' = blank); difficulty = ``rating``."""
     rows: list[Row] = []
-    with open(path, newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:4]] != ["source", "q", "a", "rating"]:
-            raise DistlabError(f"{path}: expected a header 'source,q,a,rating' (Sudoku-Extreme CSV)")
-        for n, rec in enumerate(reader, start=2):
-            _, q, a, rating = rec[:4]
-            if min_difficulty is None or float(rating) >= min_difficulty:
-                rows.append((parse_grid(q), parse_grid(a), float(rating)))
+    for rec in read_headed_csv(path, ["source", "q", "a", "rating"], "Sudoku-Extreme"):
+        _, q, a, rating = rec[:4]
+        if min_difficulty is None or float(rating) >= min_difficulty:
+            rows.append((parse_grid(q), parse_grid(a), float(rating)))
     return rows
 
 
