@@ -18,11 +18,18 @@ def _latin_rows(n: int) -> dict[str, torch.Tensor]:
     return {"inputs": inputs, "labels": solutions.clone(), "puzzle_identifiers": torch.arange(n) % 3}
 
 
-@pytest.mark.parametrize("name", ["hrm", "trm"])
-def test_tiny_model_overfits(name: str) -> None:
+# TRM's published Sudoku shape (MLP sequence mixing, T=3, n=6, 2 layers) is the case that once sat at chance:
+# the sequence-mixing residual was normalised over features instead of positions.
+TRM_MLP_T = dict(mlp_t=True, pos_encodings="none", L_layers=2, H_cycles=3, L_cycles=6)
+
+
+@pytest.mark.parametrize("name, over", [("hrm", {}), ("trm", {}), ("trm", TRM_MLP_T)],
+                         ids=["hrm", "trm", "trm-mlp_t-T3n6"])
+def test_tiny_model_overfits(name: str, over: dict) -> None:
     torch.manual_seed(0)
     cfg = dict(name=name, hidden_size=64, num_heads=4, expansion=2.0, H_layers=1, L_layers=1, H_cycles=2,
                L_cycles=2, puzzle_emb_ndim=16, forward_dtype="float32", act="none")
+    cfg.update(over)
     model = build_model(cfg, {"vocab_size": 5, "seq_len": 16, "num_puzzle_identifiers": 3}).train()
     opts = build_optimizers(model, "adam_atan2", lr=3e-3, weight_decay=0.0, puzzle_emb_lr=1e-2)
     batch = _latin_rows(8)

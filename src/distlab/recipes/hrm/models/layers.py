@@ -158,13 +158,15 @@ class PostNormBlock(nn.Module):
             self.mixer = SwiGLU(seq_mix_len, expansion)
         self.mlp = SwiGLU(hidden_size, expansion)
 
-    def _mix(self, x: torch.Tensor, cos_sin: CosSin | None) -> torch.Tensor:
-        if isinstance(self.mixer, Attention):
-            return self.mixer(x, cos_sin)
-        return self.mixer(x.transpose(1, 2)).transpose(1, 2)
-
     def forward(self, x: torch.Tensor, cos_sin: CosSin | None) -> torch.Tensor:
-        x = rms_norm(x + self._mix(x, cos_sin), self.eps)
+        if isinstance(self.mixer, Attention):
+            x = rms_norm(x + self.mixer(x, cos_sin), self.eps)
+        else:
+            # Sequence mixing works channel-wise: the residual is normalised over positions (the
+            # transposed layout), as in TRM. Normalising it over features instead washes the token
+            # identities out after a few recursions and the model never learns to read its input.
+            xt = x.transpose(1, 2)
+            x = rms_norm(xt + self.mixer(xt), self.eps).transpose(1, 2)
         return rms_norm(x + self.mlp(x), self.eps)
 
 
