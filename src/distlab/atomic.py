@@ -6,6 +6,7 @@ renamed over it, so a crash mid-write leaves the previous version intact.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -51,3 +52,16 @@ def atomic_save_figure(fig: Any, path: str | os.PathLike, **savefig_kw: Any) -> 
     with atomic_path(path, path.suffix or ".png") as tmp:
         fig.savefig(tmp, format=(path.suffix.lstrip(".") or "png"), **savefig_kw)
     return path
+
+
+@contextmanager
+def exclusive_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an advisory lock file across processes (``flock``); released when the holder exits or dies."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

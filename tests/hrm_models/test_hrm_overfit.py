@@ -23,8 +23,12 @@ def _latin_rows(n: int) -> dict[str, torch.Tensor]:
 TRM_MLP_T = dict(mlp_t=True, pos_encodings="none", L_layers=2, H_cycles=3, L_cycles=6)
 
 
-@pytest.mark.parametrize("name, over", [("hrm", {}), ("trm", {}), ("trm", TRM_MLP_T)],
-                         ids=["hrm", "trm", "trm-mlp_t-T3n6"])
+# bf16 is how the GPU presets run; the recursion must still learn when every block computes in bf16
+TRM_MLP_T_BF16 = dict(TRM_MLP_T, forward_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("name, over", [("hrm", {}), ("trm", {}), ("trm", TRM_MLP_T), ("trm", TRM_MLP_T_BF16)],
+                         ids=["hrm", "trm", "trm-mlp_t-T3n6", "trm-mlp_t-T3n6-bf16"])
 def test_tiny_model_overfits(name: str, over: dict) -> None:
     torch.manual_seed(0)
     cfg = dict(name=name, hidden_size=64, num_heads=4, expansion=2.0, H_layers=1, L_layers=1, H_cycles=2,

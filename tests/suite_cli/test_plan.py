@@ -102,6 +102,14 @@ def test_device_slots_split_gpus_into_disjoint_sets():
         device_slots(2, 2, 1, visible)
 
 
+def test_device_slots_share_gpus_when_runs_outnumber_them():
+    """Five small runs on one GPU all see that GPU; six on two GPUs alternate, three per GPU."""
+    assert [(s.flags, s.cuda_devices) for s in device_slots(1, None, 5, ["3"])] == [(("--gpus", "1"), "3")] * 5
+    assert [s.cuda_devices for s in device_slots(None, None, 6, ["0", "1"])] == ["0", "1"] * 3
+    with pytest.raises(DistlabError, match="divisor or a multiple of 2"):
+        device_slots(2, None, 3, ["0", "1"])
+
+
 def test_slurm_command_and_create_slurm_write_the_same_scripts(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     common = ["--smoke", "--seeds", "2", "--gpus-per-node", "0", "--procs", "2", "--cpus-per-task", "2",

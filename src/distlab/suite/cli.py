@@ -50,7 +50,8 @@ def register(subparsers) -> None:
     run.add_argument("--gpus", type=int, help="GPUs for the whole suite (-1 = all visible; default: all "
                                              "visible, else CPU)")
     run.add_argument("--procs", type=int, help="CPU processes (gloo) per run instead of GPUs")
-    run.add_argument("--parallel", type=int, default=1, help="runs at once; each gets its own GPUs/P slice")
+    run.add_argument("--parallel", type=int, default=1, help="runs at once; each gets its own GPUs/P slice "
+                                                               "(more runs than GPUs: they share the GPUs evenly)")
     run.add_argument("--dry-run", action="store_true", help="print the plan (commands) and start nothing")
     run.add_argument("--logs", default="logs", help="folder for <suite>/<exp>-seed<k>.log (default logs)")
     run.add_argument("--no-report", action="store_true", help="do not build the report at the end")
@@ -304,9 +305,13 @@ def device_slots(gpus: int | None, procs: int | None, parallel: int, visible: Se
     if total < 1 or total > len(visible):
         raise DistlabError(f"--gpus {gpus}: {len(visible)} CUDA GPUs are visible; pick 1..{len(visible)} "
                            f"(-1 = all) or use --procs N to run on CPU")
+    if parallel > total and parallel % total == 0:
+        # more runs than GPUs: small runs share a GPU (each GPU hosts parallel / total of them), which keeps
+        # a big GPU busy when one small model alone leaves it mostly idle
+        return [Slot(("--gpus", "1"), visible[i % total]) for i in range(parallel)]
     if total % parallel:
         raise DistlabError(f"--gpus {total} cannot be split evenly into --parallel {parallel} runs; pick a "
-                           f"divisor of {total}")
+                           f"divisor or a multiple of {total}")
     per = total // parallel
     return [Slot(("--gpus", str(per)), ",".join(visible[i * per:(i + 1) * per])) for i in range(parallel)]
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 
+from distlab.atomic import exclusive_lock
 from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.config import HRMConfig
 from distlab.recipes.hrm.data.format import PuzzleSplit, load_split
@@ -159,11 +160,24 @@ def ensure_dataset(cfg: HRMConfig) -> Path:
     from distlab.errors import DistlabError
 
     path = cfg.data.resolved_path()
-    if (path / "train" / "dataset.json").exists() and (path / "test" / "dataset.json").exists():
+    if _dataset_complete(path):
         return path
     if cfg.data.build == "none":
         raise DistlabError(f"dataset {path} not found; build it (distlab data sudoku|maze|arc --output-dir {path}) or "
                            f"set data.build=sudoku|maze|arc to build it automatically")
+    # concurrent runs of a suite share one derived dataset path: the first builds it, the others wait
+    with exclusive_lock(path.parent / f".{path.name}.lock"):
+        if not _dataset_complete(path):
+            _build_dataset(cfg, path)
+    return path
+
+
+def _dataset_complete(path: Path) -> bool:
+    return (path / "train" / "dataset.json").exists() and (path / "test" / "dataset.json").exists()
+
+
+def _build_dataset(cfg: HRMConfig, path: Path) -> None:
+    from distlab.errors import DistlabError
     from distlab.recipes.hrm.data import arc, maze, sudoku
 
     d = cfg.data
@@ -182,4 +196,3 @@ def ensure_dataset(cfg: HRMConfig) -> Path:
                       workers=d.workers)
     else:
         raise DistlabError(f"data.build={d.build!r} is not one of sudoku, maze, arc, none")
-    return path
