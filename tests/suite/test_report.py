@@ -86,7 +86,9 @@ def test_report_numbers_match_hand_computation(suite_dir, tmp_path):
     assert f"| +25.00 | {p:.3g} | {'yes' if p < 0.05 else 'no'} |" in text
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "<table>" in html and 'src="learning_curves.png"' in html and "85.00" in html
-    for png in ("learning_curves.png", "bars_exact_accuracy.png", "bars_token_accuracy.png", "difficulty.png"):
+    assert 'src="learning_curves_token.png"' in html
+    for png in ("learning_curves.png", "learning_curves_token.png", "bars_exact_accuracy.png",
+                "bars_token_accuracy.png", "difficulty.png"):
         assert (tmp_path / "rep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list((tmp_path / "rep").glob(".*tmp*"))  # atomic writes leave no temp files
 

@@ -140,14 +140,18 @@ def _experiment_order(runs: SuiteRuns, meta: dict[str, Any]) -> list[str]:
 def _make_figures(runs: SuiteRuns, order: list[str], results: dict[str, Any], base: str | None,
                   out: Path) -> dict[str, str]:
     figs: dict[str, str] = {}
-    bands = {}
-    for name in order:
-        curves = [[(row["step"], row["exact_accuracy"]) for row in r.evals if "exact_accuracy" in row]
-                  for r in runs.finished[name].values()]
-        if any(curves):
-            bands[name] = curve_band(curves)
-    if bands:
-        figs["curves"] = plots.learning_curves(bands, out / "learning_curves.png").name
+    # token accuracy too: early in training, or on hard puzzles, exact accuracy sits at 0 for every
+    # experiment while the token curves already tell them apart
+    for key, metric, file in (("curves", "exact_accuracy", "learning_curves.png"),
+                              ("curves_token", "token_accuracy", "learning_curves_token.png")):
+        bands = {}
+        for name in order:
+            curves = [[(row["step"], row[metric]) for row in r.evals if metric in row]
+                      for r in runs.finished[name].values()]
+            if any(curves):
+                bands[name] = curve_band(curves)
+        if bands:
+            figs[key] = plots.learning_curves(bands, out / file, ylabel=f"eval {metric.replace('_', ' ')}").name
     for metric in ("exact_accuracy", "token_accuracy"):
         have = [n for n in order if metric in results[n]["metrics"]]
         if have:
@@ -191,6 +195,7 @@ def _document(data: dict[str, Any], order: list[str], figs: dict[str, str], desc
     blocks += _cost_section(res, order)
     blocks += _difficulty_section(res, order, figs)
     for key, alt in (("curves", "Eval exact accuracy vs training step (mean, 95% CI band)"),
+                     ("curves_token", "Eval token accuracy vs training step (mean, 95% CI band)"),
                      ("exact_accuracy", "Final exact accuracy (95% CI error bars)"),
                      ("token_accuracy", "Final token accuracy (95% CI error bars)")):
         if key in figs:

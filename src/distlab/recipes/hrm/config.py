@@ -54,5 +54,6 @@ class HRMConfig(BaseConfig):
     puzzle_emb_weight_decay: float = 0.1
     clip_grad: float = 0.0  # 0 = off (HRM does not clip)
     ema: bool = False  # evaluate with an exponential moving average of the weights (TRM)
+    ema_warmup: bool = True  # EMA rate min(decay, (1+n)/(10+n)) at update n; false = TRM's fixed rate from step 0
     eval_every: int = 0  # steps between evaluations; 0 = only at the end
     save_predictions: bool = True
