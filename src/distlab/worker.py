@@ -73,10 +73,14 @@ def run(recipe_name: str, presets: list[str], overrides: list[str], eval_checkpo
     session.install_signal_handlers()
     try:
         if eval_checkpoint is not None:
-            return _evaluate(recipe, session, eval_checkpoint)
-        summary = recipe.train(session.cfg, session)
-        session.finish(summary)
-        return summary
+            result = _evaluate(recipe, session, eval_checkpoint)
+        else:
+            result = recipe.train(session.cfg, session)
+            session.finish(result)
+        # all ranks tear down together: a rank that destroys its gloo group while rank 0 is still writing
+        # results can be aborted by gloo's worker thread (SIGABRT, "terminate called without an active exception")
+        session.rt.barrier("teardown")
+        return result
     finally:
         shutdown(session.rt)
 
