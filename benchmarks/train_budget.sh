@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train one HRM-recipe preset on one GPU for a fixed wall-time budget, then evaluate on the whole test set.
-# What a 10-minute device command allows; the figures in docs/benchmarks.md ("training budget") come from here.
+# What a 10-minute device command allows (written for the HRM/TRM budget runs of issue 3; not yet run on a GPU).
 # Usage (repo root): bash benchmarks/train_budget.sh PRESET SECONDS OUT_DIR [key=value ...]
 #   data: DATA=data/sudoku-hard-1k-aug50 by default, built with
 #   distlab data sudoku --output-dir data/sudoku-hard-1k-aug50 --train-size 1000 --test-size 1000 --num-aug 50

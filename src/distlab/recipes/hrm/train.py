@@ -15,6 +15,7 @@ from pathlib import Path
 
 
 from distlab.atomic import exclusive_lock
+from distlab.errors import DistlabError
 from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.config import HRMConfig
 from distlab.recipes.hrm.data.format import PuzzleSplit, load_split
@@ -158,8 +159,6 @@ def _eval(cfg, session, model, ema, split, step, flops_done, elapsed, final: boo
 
 def ensure_dataset(cfg: HRMConfig) -> Path:
     """Build the dataset named by the config if it is missing (used by demos and suites)."""
-    from distlab.errors import DistlabError
-
     path = cfg.data.resolved_path()
     if _dataset_complete(path):
         return path
@@ -178,7 +177,6 @@ def _dataset_complete(path: Path) -> bool:
 
 
 def _build_dataset(cfg: HRMConfig, path: Path) -> None:
-    from distlab.errors import DistlabError
     from distlab.recipes.hrm.data import arc, maze, sudoku
 
     d = cfg.data
