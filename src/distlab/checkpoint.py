@@ -18,6 +18,7 @@ import re
 import shutil
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,18 @@ def _file_digest(path: Path, mode: str) -> str:
     return h.hexdigest()
 
 
+def _digests(directory: Path, files: list[Path], mode: str) -> list[str]:
+    """File digests in parallel threads: hashlib releases the GIL, so shards hash at disk speed."""
+    if mode == "size" or not files:
+        return [""] * len(files)
+    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
+        return list(pool.map(lambda p: _file_digest(p, mode), files))
+
+
 def _seal(directory: Path, mode: str) -> None:
-    files = {}
-    for p in sorted(directory.rglob("*")):
-        if p.is_file() and p.name != MANIFEST:
-            files[str(p.relative_to(directory))] = {"size": p.stat().st_size, "hash": _file_digest(p, mode)}
+    paths = [p for p in sorted(directory.rglob("*")) if p.is_file() and p.name != MANIFEST]
+    files = {str(p.relative_to(directory)): {"size": p.stat().st_size, "hash": h}
+             for p, h in zip(paths, _digests(directory, paths, mode))}
     atomic_write_json(directory / MANIFEST, {"files": files, "verify": mode})
 
 
@@ -70,7 +78,10 @@ def verify_checkpoint(directory: Path) -> str | None:
             return f"{rel} missing"
         if p.stat().st_size != info["size"]:
             return f"{rel} has {p.stat().st_size} bytes, expected {info['size']} (truncated?)"
-        if info["hash"] and _file_digest(p, spec.get("verify", "hash")) != info["hash"]:
+    hashed = [rel for rel, info in spec["files"].items() if info["hash"]]
+    got = _digests(directory, [directory / rel for rel in hashed], spec.get("verify", "hash"))
+    for rel, h in zip(hashed, got):
+        if h != spec["files"][rel]["hash"]:
             return f"{rel} content changed (corrupted)"
     return None
 
@@ -90,18 +101,101 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+class TrainState:
+    """Everything a run must get back on resume, registered once by the recipe.
+
+    Trainable models go through DCP's state-dict helpers together with their optimizers (so DDP and
+    FSDP2 shards reshard on load); other replicated objects (EMA, sampler, schedules, counters) are
+    saved into the same DCP checkpoint, where identical copies are written once and read back on any
+    world size. Per-rank objects (a recurrent carry, environment states) and RNG streams go into one
+    file per rank and come back only when the world size is unchanged, where rank r still owns the
+    same slice of the data. Frozen models are never registered: they are rebuilt from their source.
+    """
+
+    def __init__(self) -> None:
+        self.models: dict[str, tuple[torch.nn.Module, list[torch.optim.Optimizer]]] = {}
+        self.replicated: dict[str, Any] = {}
+        self.per_rank: dict[str, Any] = {}
+        self.counters: dict[str, Any] = {"step": 0}
+
+    def add_model(self, name: str, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> None:
+        self._check_new(name)
+        self.models[name] = (model, list(optimizers))
+
+    def add(self, name: str, obj: Any, per_rank: bool = False) -> None:
+        if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+            raise TypeError(f"{name}: tracked objects need state_dict() and load_state_dict()")
+        self._check_new(name)
+        (self.per_rank if per_rank else self.replicated)[name] = obj
+
+    def _check_new(self, name: str) -> None:
+        if name in self.models or name in self.replicated or name in self.per_rank:
+            raise ValueError(f"state '{name}' is registered twice")
+
+    def dcp_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"models": {}, "optim": {}, "objects": {}}
+        for name, (model, opts) in self.models.items():
+            state["models"][name], state["optim"][name] = get_state_dict(model, opts)
+        for name, obj in self.replicated.items():
+            state["objects"][name] = obj.state_dict()
+        return state
+
+    def load_dcp_state(self, state: dict[str, Any]) -> None:
+        for name, (model, opts) in self.models.items():
+            set_state_dict(model, opts, model_state_dict=state["models"][name],
+                           optim_state_dict=state["optim"][name])
+        for name, obj in self.replicated.items():
+            obj.load_state_dict(state["objects"][name])
+
+    def rank_state(self) -> dict[str, Any]:
+        return {name: obj.state_dict() for name, obj in self.per_rank.items()}
+
+    def load_rank_state(self, state: dict[str, Any]) -> None:
+        for name, obj in self.per_rank.items():
+            if name in state:
+                obj.load_state_dict(state[name])
+
+
+class Box:
+    """A plain value (an ACT carry, a generator state) made trackable; the recipe keeps ``value`` current."""
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.value = state["value"]
+
+
+def find_checkpoint(target: Path) -> Path:
+    """A checkpoint directory as given, or the newest valid one under a run directory."""
+    target = Path(target)
+    if not target.exists():
+        raise DistlabError(f"{target} does not exist; pass a run directory (runs/<name>) or a checkpoint directory")
+    if STEP_DIR.match(target.name):
+        return target
+    root = target / "checkpoints" if (target / "checkpoints").is_dir() else target
+    steps = sorted((p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name)), reverse=True)
+    for s in steps:
+        if verify_checkpoint(s) is None:
+            return s
+    raise DistlabError(f"no usable checkpoint under {root}; train first (distlab train ...)")
+
+
 class CheckpointManager:
-    """Save/restore model, optimizers, per-rank RNG and a JSON ``extra`` (step, data position, config)."""
+    """Save/restore a :class:`TrainState` plus per-rank RNG and a JSON ``meta`` (recipe, config)."""
 
     def __init__(self, root: Path, rt: Runtime, keep_last: int = 3, async_save: bool = False,
-                 verify: str = "hash") -> None:
+                 verify: str = "hash", create: bool = True) -> None:
         if keep_last < 1:
             raise DistlabError(f"ckpt.keep_last={keep_last} would delete every checkpoint; use 1 or more")
         if verify not in ("hash", "size"):
             raise DistlabError(f"ckpt.verify={verify!r} is not one of hash, size")
         self.root, self.rt, self.keep_last, self.async_save, self.verify = Path(root), rt, keep_last, async_save, verify
         self._pending: tuple[Any, Path, Path] | None = None
-        if rt.is_main:
+        if rt.is_main and create:
             self.root.mkdir(parents=True, exist_ok=True)
 
     # -- listing -----------------------------------------------------------------------------
@@ -121,13 +215,8 @@ class CheckpointManager:
         return None
 
     # -- save --------------------------------------------------------------------------------
-    def save(self, step: int, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
-             extra: dict, rank_state: dict | None = None) -> None:
-        """Collective: every rank calls it at the same step.
-
-        ``rank_state`` is this rank's own state (e.g. a recurrent carry); it comes back from
-        :meth:`restore` only on the same world size, where rank r is the same slice of the data.
-        """
+    def save(self, step: int, state: TrainState, meta: dict | None = None) -> None:
+        """Collective: every rank calls it at the same step."""
         self.wait()
         final = self.root / f"step{step:08d}"
         tmp = self.root / f".tmp-step{step:08d}"
@@ -135,17 +224,19 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)
             (tmp / "rng").mkdir(parents=True)
         self.rt.barrier("checkpoint start")
-        msd, osd = get_state_dict(model, optimizers)
-        state = {"model": msd, "optim": osd}
-        torch.save({"rng": _rng_state(), "state": rank_state}, tmp / "rng" / f"rank{self.rt.rank}.pt")
+        state.counters["step"] = step
+        torch.save({"rng": _rng_state(), "state": state.rank_state()}, tmp / "rng" / f"rank{self.rt.rank}.pt")
         if self.rt.is_main:
-            meta = dict(extra, step=step, world_size=self.rt.world_size)
-            atomic_write_json(tmp / "extra.json", meta)
+            info = dict(meta or {}, **state.counters, world_size=self.rt.world_size,
+                        models=sorted(state.models), objects=sorted(state.replicated),
+                        per_rank=sorted(state.per_rank))
+            atomic_write_json(tmp / "extra.json", info)
+        dcp_state = state.dcp_state()
         if self.async_save:
-            fut = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self.rt._monitor)
+            fut = dcp.async_save(dcp_state, checkpoint_id=str(tmp), process_group=self.rt._monitor)
             self._pending = (fut, tmp, final)
         else:
-            dcp.save(state, checkpoint_id=str(tmp))
+            dcp.save(dcp_state, checkpoint_id=str(tmp))
             self._finalize(tmp, final)
 
     def wait(self) -> None:
@@ -171,9 +262,8 @@ class CheckpointManager:
         self.rt.barrier("checkpoint sealed")
 
     # -- restore -----------------------------------------------------------------------------
-    def restore(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
-                path: Path | None = None) -> dict | None:
-        """Load the newest valid checkpoint (or ``path``); return its ``extra`` or None if none exists."""
+    def restore(self, state: TrainState, path: Path | None = None) -> dict | None:
+        """Load the newest valid checkpoint (or ``path``) into ``state``; return its meta, or None if none."""
         choice = str(path) if path else None
         if choice is None and self.rt.is_main:
             found = self.latest_valid()
@@ -182,21 +272,33 @@ class CheckpointManager:
         if choice is None:
             return None
         ckpt = Path(choice)
-        msd, osd = get_state_dict(model, optimizers)
-        state = {"model": msd, "optim": osd}
-        dcp.load(state, checkpoint_id=str(ckpt))
-        set_state_dict(model, optimizers, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        extra = json.loads((ckpt / "extra.json").read_text())
+        problem = verify_checkpoint(ckpt) if path else None
+        if problem:
+            raise DistlabError(f"checkpoint {ckpt} cannot be trusted: {problem}; pick another step or retrain")
+        meta = json.loads((ckpt / "extra.json").read_text())
+        missing = [n for n in state.models if n not in meta.get("models", state.models)]
+        if missing:
+            raise DistlabError(f"checkpoint {ckpt} holds no model {missing[0]!r} (it has {meta.get('models')}); "
+                               f"was it written by another recipe or config?")
+        dcp_state = state.dcp_state()
+        dcp.load(dcp_state, checkpoint_id=str(ckpt))
+        state.load_dcp_state(dcp_state)
+        state.counters.update({k: meta[k] for k in state.counters if k in meta})
         rng_file = ckpt / "rng" / f"rank{self.rt.rank}.pt"
-        if extra.get("world_size") == self.rt.world_size and rng_file.exists():
-            saved = torch.load(rng_file, weights_only=False, map_location=self.rt.device)
-            _set_rng_state({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in saved["rng"].items()})
-            extra["rank_state"] = saved["state"]
+        if meta.get("world_size") == self.rt.world_size and rng_file.exists():
+            saved = torch.load(rng_file, weights_only=False, map_location="cpu")
+            _set_rng_state(saved["rng"])
+            state.load_rank_state(saved["state"] or {})
+            meta["per_rank_restored"] = True
         else:  # new world size: per-rank streams cannot be mapped, so derive fresh ones deterministically
-            seed = hash((extra.get("step", 0), self.rt.rank)) % 2**31
+            seed = (int(meta.get("step", 0)) * 1_000_003 + self.rt.rank) % 2**31
             random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
-        log.info("resumed from %s (step %s)", ckpt, extra.get("step"))
-        return extra
+            meta["per_rank_restored"] = False
+            if state.per_rank:
+                log.warning("world size changed (%s -> %d): per-rank state %s starts fresh",
+                            meta.get("world_size"), self.rt.world_size, sorted(state.per_rank))
+        log.info("resumed from %s (step %s)", ckpt, meta.get("step"))
+        return meta
 
 
 def export_model(checkpoint: Path, out: Path) -> Path:
@@ -211,8 +313,10 @@ def export_model(checkpoint: Path, out: Path) -> Path:
         dcp_to_torch_save(str(checkpoint), str(full))
         blob = torch.load(full, weights_only=False, map_location="cpu")
     extra = json.loads((checkpoint / "extra.json").read_text())
+    models = blob.get("models") or {"model": blob["model"]}
+    primary = "model" if "model" in models else sorted(models)[0]
     out = Path(out)
     with atomic_path(out) as tmp:
-        torch.save({"model": blob["model"], "config": extra.get("config"), "step": extra.get("step"),
-                    "recipe": extra.get("recipe")}, tmp)
+        torch.save({"model": models[primary], "models": models, "config": extra.get("config"),
+                    "step": extra.get("step"), "recipe": extra.get("recipe")}, tmp)
     return out

@@ -86,16 +86,17 @@ def cmd_train(a: argparse.Namespace, extra: list[str]) -> int:
 def cmd_eval(a: argparse.Namespace, extra: list[str]) -> int:
     from distlab.evaluate import evaluate_run
 
-    return evaluate_run(Path(a.target), _split_unknown(extra), _launch_opts(a))
+    out = Path(a.output) if a.output else None
+    return evaluate_run(Path(a.target), _split_unknown(extra), _launch_opts(a), out)
 
 
 def cmd_export(a: argparse.Namespace, extra: list[str]) -> int:
-    from distlab.checkpoint import export_model
-    from distlab.evaluate import find_checkpoint
+    from distlab.checkpoint import export_model, find_checkpoint
+    from distlab.rundir import run_dir_of
 
     _split_unknown(extra)
     ckpt = find_checkpoint(Path(a.target))
-    out = Path(a.output) if a.output else ckpt.parent.parent / "model.pt"
+    out = Path(a.output) if a.output else run_dir_of(ckpt) / "model.pt"
     export_model(ckpt, out)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) from {ckpt}")
     return 0
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_train)
     e = sub.add_parser("eval", help="evaluate a run directory or checkpoint on all ranks")
     e.add_argument("target")
+    e.add_argument("-o", "--output", help="folder for eval.json and logs (default: <run>/eval/<step>/)")
     _add_launch_flags(e)
     e.set_defaults(func=cmd_eval)
     x = sub.add_parser("export", help="write a single-file consolidated model from a checkpoint")

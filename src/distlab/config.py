@@ -70,6 +70,7 @@ class DistConfig:
     grad_accum: int = 1
     tf32: bool = True
     verify_init: bool = True  # all-gather a parameter checksum at start to prove ranks agree
+    devices_per_rank: int = 1  # GPUs each rank drives (placement.<model>=cuda:N indexes them)
 
 
 @dataclass
@@ -238,3 +239,17 @@ def apply_scaling(cfg: Any, world_size: int, batch_keys: tuple[str, ...], lr_key
             _set(cfg, key, after)
             applied.append({"key": key, "rule": rule, "factor": factors[rule], "before": before, "after": after})
     return applied
+
+
+def resolve_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any:
+    """A recipe's schema + presets + overrides -> dataclass instance (DistlabError on any bad input)."""
+    paths = [find_preset(p, recipe.presets_dir) for p in presets]
+    return to_object(compose(recipe.config, paths, overrides))
+
+
+def finalize_config(recipe: Any, cfg: Any, world_size: int) -> tuple[Any, list[dict]]:
+    """Name the run and apply world-size scaling, once (in the launcher, and on rank 0 of the job)."""
+    if not cfg.run.name:
+        cfg.run.name = default_run_name(recipe.name, cfg)
+    scaling = apply_scaling(cfg, world_size, recipe.batch_keys, recipe.lr_keys)
+    return cfg, scaling

@@ -24,6 +24,8 @@ from distlab.errors import DistlabError
 
 log = logging.getLogger("distlab")
 
+_MAX_GATHER_DIMS = 8  # all_gather_ragged exchanges shapes in one fixed-size tensor
+
 
 @dataclass
 class LaunchEnv:
@@ -70,6 +72,7 @@ class Runtime:
     world_size: int = 1
     local_world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    devices: list[torch.device] = field(default_factory=list)  # this rank's GPUs (dist.devices_per_rank)
     backend: str = "none"
     launcher: str = "single"
     timeout_s: float = 600.0
@@ -82,6 +85,32 @@ class Runtime:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1 and dist.is_initialized()
+
+    @property
+    def comm_device(self) -> torch.device:
+        """Where a tensor must live to take part in a collective: NCCL moves only CUDA tensors, gloo only CPU ones."""
+        return self.device if self.backend == "nccl" else torch.device("cpu")
+
+    @classmethod
+    def from_process_group(cls, device: torch.device | str = "cpu", timeout_s: float = 600.0) -> Runtime:
+        """A Runtime for a process group someone else initialised (a script calling ``init_process_group``
+        itself, a test harness), or a single process when there is none.
+
+        Lets library code such as PPO's ``train`` take a Runtime while still being callable outside
+        ``distlab train``. Collective under NCCL (it creates the gloo group that names late ranks), so
+        every rank calls it.
+        """
+        dev = torch.device(device)
+        if not (dist.is_available() and dist.is_initialized()):
+            return cls(device=dev, timeout_s=timeout_s)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        backend = str(dist.get_backend())
+        rt = cls(rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", rank)), world_size=world,
+                 local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", world)), device=dev, backend=backend,
+                 launcher="external", timeout_s=timeout_s)
+        if backend != "gloo" and world > 1:
+            rt._monitor = dist.new_group(backend="gloo", timeout=_dt.timedelta(seconds=timeout_s))
+        return rt
 
     # -- collectives -------------------------------------------------------------------------
     def barrier(self, label: str, timeout_s: float | None = None) -> None:
@@ -129,6 +158,45 @@ class Runtime:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return tuple(bool(v > 0) for v in t.tolist())
 
+    def all_gather_ragged(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``tensor`` concatenated along dim 0 in rank order; ranks may hold different lengths, 0 too.
+
+        For per-rank results whose count varies (finished episodes, touched embedding rows, rewards of
+        a group of completions). ``all_gather`` needs equal shapes, so one small all-gather first
+        exchanges the shapes, each rank pads to the longest, and the padding is cut off again. The
+        shape exchange also lets every rank raise the same error when the trailing dimensions
+        disagree, instead of some ranks hanging in the second collective. Collective: every rank
+        calls it with the same dtype. The result lies on ``tensor``'s device.
+        """
+        if tensor.dim() == 0:
+            raise DistlabError("all_gather_ragged needs a tensor with a first dimension, not a scalar")
+        if not self.distributed:
+            return tensor
+        if tensor.dim() > _MAX_GATHER_DIMS:
+            raise DistlabError(f"all_gather_ragged takes tensors of at most {_MAX_GATHER_DIMS} dimensions, "
+                               f"got {tensor.dim()}")
+        dev = self.comm_device
+        local = tensor.to(dev)
+        shape = torch.full((_MAX_GATHER_DIMS + 1,), -1, dtype=torch.long, device=dev)
+        shape[0] = local.dim()
+        shape[1:local.dim() + 1] = torch.tensor(local.shape, dtype=torch.long)
+        shapes = [torch.empty_like(shape) for _ in range(self.world_size)]
+        dist.all_gather(shapes, shape)
+        rows = [s.tolist() for s in shapes]
+        trailing = {tuple(r[2:r[0] + 1]) for r in rows}
+        if len(trailing) > 1 or len({r[0] for r in rows}) > 1:
+            per_rank = ", ".join(f"rank {i}: {tuple(r[1:r[0] + 1])}" for i, r in enumerate(rows))
+            raise DistlabError(f"all_gather_ragged: ranks disagree beyond the first dimension ({per_rank})")
+        sizes = [r[1] for r in rows]
+        longest = max(sizes)
+        if longest == 0:
+            return tensor.new_empty((0, *tensor.shape[1:]))
+        padded = local.new_zeros((longest, *local.shape[1:]))
+        padded[:local.shape[0]] = local
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded)
+        return torch.cat([p[:n] for p, n in zip(parts, sizes)]).to(tensor.device)
+
     # -- seeds and checks --------------------------------------------------------------------
     def seed_everything(self, seed: int, per_rank: bool = False) -> int:
         """Same seed everywhere for parameter init; ``per_rank`` for data/exploration diversity."""
@@ -139,15 +207,43 @@ class Runtime:
         return s
 
     def verify_identical(self, module: torch.nn.Module, what: str = "parameters") -> str:
-        """Prove that every rank holds the same parameters (a checksum all-gather); return it."""
-        digest = module_checksum(module)
+        """Prove that every rank holds the same parameters; return the fingerprint.
+
+        Each tensor is fingerprinted where it lives (its bits summed as integers, plain and position
+        weighted, which wraps identically on every rank), and only those two numbers per tensor are
+        all-gathered: no parameter is copied through the CPU, so a 0.5B-parameter model checks in seconds.
+        """
+        fp = tensor_fingerprints(module)
         if self.distributed:
-            digests = self.all_gather_object(digest)
-            bad = [r for r, d in enumerate(digests) if d != digests[0]]
+            dev = self.device if self.backend == "nccl" else torch.device("cpu")
+            mine = fp.to(dev)
+            every = [torch.empty_like(mine) for _ in range(self.world_size)]
+            dist.all_gather(every, mine)
+            bad = [r for r, other in enumerate(every) if not torch.equal(other, every[0])]
             if bad:
                 raise DistlabError(f"{what} differ on rank(s) {bad} from rank 0; seed or init is not "
                                    f"deterministic across ranks")
-        return digest
+        return hashlib.sha1(fp.cpu().numpy().tobytes()).hexdigest()
+
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@torch.no_grad()
+def tensor_fingerprints(module: torch.nn.Module) -> torch.Tensor:
+    """``[n_tensors, 2]`` int64 on CPU: bitwise sums of every parameter and buffer, computed on its device."""
+    rows = []
+    for _, t in sorted(module.state_dict().items()):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            continue
+        bits = t.detach().contiguous().view(_INT_OF_SIZE[t.element_size()]).flatten()
+        pad = (-bits.numel()) % 64
+        if pad:
+            bits = torch.cat([bits, bits.new_zeros(pad)])
+        blocks = bits.view(-1, 64).sum(1, dtype=torch.int64)  # position-sensitive through the block weights
+        weight = torch.arange(1, blocks.numel() + 1, device=blocks.device, dtype=torch.int64)
+        rows.append(torch.stack([blocks.sum(), (blocks * weight).sum()]).cpu())
+    return torch.stack(rows) if rows else torch.zeros(0, 2, dtype=torch.int64)
 
 
 def module_checksum(module: torch.nn.Module) -> str:
@@ -171,27 +267,30 @@ def _late_ranks_message(text: str, label: str, timeout: float) -> str:
             f"(raise dist.timeout_s if the step is just slow)")
 
 
-def _pick_device(local_rank: int, want: str) -> torch.device:
+def _pick_devices(local_rank: int, want: str, per_rank: int = 1) -> list[torch.device]:
+    """The rank's devices: GPUs ``local_rank*K .. local_rank*K+K-1`` (K = devices_per_rank), or the CPU."""
     if want == "cpu" or (want == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
+        return [torch.device("cpu")]
     if not torch.cuda.is_available():
         raise DistlabError("dist.device=cuda but no CUDA device is visible; use dist.device=cpu or check "
                            "CUDA_VISIBLE_DEVICES")
-    if local_rank >= torch.cuda.device_count():
-        raise DistlabError(f"local rank {local_rank} needs GPU {local_rank} but only "
-                           f"{torch.cuda.device_count()} are visible; lower --gpus")
+    first, have = local_rank * per_rank, torch.cuda.device_count()
+    if first + per_rank > have:
+        raise DistlabError(f"local rank {local_rank} needs GPUs {first}..{first + per_rank - 1} but only {have} "
+                           f"are visible; lower --gpus or dist.devices_per_rank")
     # set_device before any other CUDA call, so no rank creates a stray context on GPU 0
-    torch.cuda.set_device(local_rank)
-    return torch.device("cuda", local_rank)
+    torch.cuda.set_device(first)
+    return [torch.device("cuda", first + i) for i in range(per_rank)]
 
 
 def init_runtime(backend: str = "auto", device: str = "auto", timeout_s: float = 600.0,
-                 environ: dict[str, str] | None = None) -> Runtime:
+                 environ: dict[str, str] | None = None, devices_per_rank: int = 1) -> Runtime:
     """Join the process group described by the environment (or run alone)."""
     env = detect_env(environ)
-    dev = _pick_device(env.local_rank, device)
+    devices = _pick_devices(env.local_rank, device, devices_per_rank)
+    dev = devices[0]
     be = backend if backend != "auto" else ("nccl" if dev.type == "cuda" else "gloo")
-    rt = Runtime(env.rank, env.local_rank, env.world_size, env.local_world_size, dev, "none", env.launcher,
+    rt = Runtime(env.rank, env.local_rank, env.world_size, env.local_world_size, dev, devices, "none", env.launcher,
                  timeout_s)
     if env.world_size == 1:
         return rt

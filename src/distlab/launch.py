@@ -16,7 +16,7 @@ from pathlib import Path
 from distlab.dist import detect_env, port_is_free
 from distlab.errors import DistlabError
 from distlab.recipe import load_recipe
-from distlab.worker import finalize_config, resolve_config
+from distlab.config import finalize_config, resolve_config
 from distlab.wrap import check_gpus_available
 
 
@@ -60,30 +60,54 @@ def torchrun_args(nproc: int, opts: LaunchOptions, worker_args: list[str]) -> li
     return args + ["--module", "distlab.worker", *worker_args]
 
 
-def preflight(recipe_name: str, presets: list[str], overrides: list[str], world_size: int):
-    """Everything that can be checked before starting processes: schema, types, data, divisibility."""
+def preflight(recipe_name: str, presets: list[str], overrides: list[str], world_size: int,
+              procs_per_node: int | None = None):
+    """Everything that can be checked before starting processes: schema, types, placement, data, divisibility."""
+    from distlab.placement import check_config
+
     recipe = load_recipe(recipe_name)
     cfg = resolve_config(recipe, presets, overrides)
     cfg, _ = finalize_config(recipe, cfg, world_size)
+    check_config(cfg, procs_per_node or world_size, _visible_gpus())
     if recipe.validate is not None:
         recipe.validate(cfg, world_size)
     return recipe, cfg
 
 
+def _visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def ranks_per_node(nproc: int, opts: LaunchOptions, recipe_name: str, presets: list[str], overrides: list[str]
+                   ) -> int:
+    """With ``--gpus N`` and ``dist.devices_per_rank=K`` a node runs N/K ranks of K GPUs each."""
+    if opts.gpus is None or opts.gpus == 0:
+        return nproc
+    k = resolve_config(load_recipe(recipe_name), presets, overrides).dist.devices_per_rank
+    if k < 1 or nproc % k:
+        raise DistlabError(f"--gpus {nproc} is not a multiple of dist.devices_per_rank={k}; use --gpus "
+                           f"{max(k, nproc - nproc % k) if k >= 1 else 1}")
+    return nproc // k
+
+
 def train(recipe_name: str, presets: list[str], overrides: list[str], opts: LaunchOptions,
-          eval_checkpoint: Path | None = None) -> int:
+          eval_checkpoint: Path | None = None, eval_output: Path | None = None) -> int:
     """Start the ranks of a training run (or, with ``eval_checkpoint``, of an evaluation)."""
     from distlab import worker
 
     if detect_env().launcher != "single":  # already a rank of somebody else's launcher
-        return worker.main(worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint))
+        return worker.main(worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint,
+                                                      eval_output))
     nproc, pinned = world_plan(opts)
     overrides = [*pinned, *overrides]
-    recipe, cfg = preflight(recipe_name, presets, overrides, nproc * opts.nodes)
+    nproc = ranks_per_node(nproc, opts, recipe_name, presets, overrides)
+    recipe, cfg = preflight(recipe_name, presets, overrides, nproc * opts.nodes, nproc)
     # the run name is fixed here so that every restart (and every node) lands in the same directory
     overrides = [*overrides, f"run.name={cfg.run.name}"]
     os.environ["DISTLAB_CMDLINE"] = shlex.join(["distlab", *sys.argv[1:]])
-    worker_args = worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint)
+    worker_args = worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint, eval_output)
     if nproc * opts.nodes == 1 and opts.max_restarts == 0:
         return worker.main(worker_args)
     if opts.master_port and opts.nodes == 1 and not port_is_free(opts.master_port):

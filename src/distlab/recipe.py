@@ -15,9 +15,46 @@ from typing import Any
 
 from distlab.errors import DistlabError, near_matches
 
-# Used when the package was put on sys.path without being installed (no entry-point metadata).
-BUILTIN = {"hrm": "distlab.recipes.hrm.recipe:RECIPE", "ppo": "distlab.recipes.ppo.recipe:RECIPE",
-           "toy": "distlab.recipes.toy:RECIPE"}
+# Bytes of optimizer state per *trainable* parameter. Adam keeps two fp32 moments.
+OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 8, "adamw": 8, "sgd": 4, "none": 0}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the doctor needs to know about a model to size it (built from a recipe config)."""
+
+    name: str
+    params: int
+    trainable_params: int | None = None
+    activation_bytes_per_example: int = 0
+    batch_per_device: int = 1
+    param_dtype_bytes: int = 4
+    optimizer: str = "adam"
+    placement: str = "device"  # device | cuda:N | cpu | offload (see distlab.placement)
+    wrap: str = "ddp"  # ddp | fsdp | none: how trainable state is spread over ranks
+
+    def __post_init__(self) -> None:
+        if self.params <= 0:
+            raise DistlabError(f"model {self.name!r}: params must be > 0, got {self.params}")
+        if self.trainable_params is not None and not 0 <= self.trainable_params <= self.params:
+            raise DistlabError(f"model {self.name!r}: trainable_params must be in [0, params={self.params}]")
+        if self.batch_per_device < 1 or self.activation_bytes_per_example < 0:
+            raise DistlabError(f"model {self.name!r}: batch_per_device must be >= 1 and activation bytes >= 0")
+        if self.param_dtype_bytes not in (1, 2, 4, 8):
+            raise DistlabError(f"model {self.name!r}: param_dtype_bytes must be 1, 2, 4 or 8, "
+                               f"got {self.param_dtype_bytes}")
+        if self.optimizer not in OPTIMIZER_STATE_BYTES:
+            hint = near_matches(self.optimizer, OPTIMIZER_STATE_BYTES)
+            raise DistlabError(f"model {self.name!r}: unknown optimizer {self.optimizer!r}; use one of "
+                               f"{sorted(OPTIMIZER_STATE_BYTES)}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+
+    @property
+    def trainable(self) -> int:
+        return self.params if self.trainable_params is None else self.trainable_params
+
+
+NOT_INSTALLED = ("no recipes are installed (the 'distlab.recipes' entry points are missing); install distlab "
+                 "from the repository root with: pip install -e .")
 
 
 @dataclass(frozen=True)
@@ -30,15 +67,21 @@ class Recipe:
     lr_keys: tuple[str, ...] = ()  # scaled by scale.lr
     validate: Callable[[Any, int], None] | None = None  # fail-fast checks in the launching process
     evaluate: Callable[[Any, Any, Path], dict] | None = None  # (cfg, Session, checkpoint) -> metrics
-    model_spec: Callable[[Any], Any] | None = None  # doctor's memory estimate
+    model_spec: Callable[[Any], Any] | None = None  # doctor's memory estimate: a ModelSpec or a list, one per model
     register_commands: Callable[[Any, Any], None] | None = None  # (top-level, `data`) subparsers: extra commands
     aliases: dict[str, str] = field(default_factory=dict)  # legacy flag -> override key
+    # Suite reports: the headline metrics (summary.json / eval lines), the primary one first; the core
+    # knows no metric names, so without these a report lists every numeric eval metric.
+    report_metrics: tuple[str, ...] = ()
+    percent_metrics: tuple[str, ...] | None = None  # fractions shown in %; None: all of report_metrics
+    steps_key: str = "steps"  # config key with the run's length, in the units of metrics.jsonl's "step"
 
 
 def _targets() -> dict[str, str]:
-    targets = dict(BUILTIN)
-    for ep in md.entry_points(group="distlab.recipes"):
-        targets[ep.name] = ep.value
+    """Entry-point name -> ``module:attr``; raises the install hint when there are none at all."""
+    targets = {ep.name: ep.value for ep in md.entry_points(group="distlab.recipes")}
+    if not targets:
+        raise DistlabError(NOT_INSTALLED)
     return targets
 
 

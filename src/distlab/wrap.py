@@ -14,21 +14,25 @@ from distlab.errors import DistlabError
 
 
 def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: list[nn.Module] | None = None,
-               find_unused: bool = False) -> nn.Module:
+               find_unused: bool = False, device: torch.device | None = None, wrap: Wrap | None = None,
+               compile: bool | None = None) -> nn.Module:
     """Place ``model`` on the device and wrap it for data parallelism as ``cfg.wrap`` says.
 
     FSDP2 shards each module in ``shard_modules`` (e.g. transformer blocks) and then the root, so
     only one block's full parameters exist at a time; DDP keeps whole replicas and overlaps the
     bucketed gradient all-reduce with the backward pass.
     """
-    model = model.to(rt.device)
-    wrap = Wrap(cfg.wrap)
+    device = rt.device if device is None else device
+    model = model.to(device)
+    wrap = Wrap(cfg.wrap if wrap is None else wrap)
     if rt.distributed and wrap == Wrap.ddp and any(p.requires_grad for p in model.parameters()):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        ids = [rt.device.index] if rt.device.type == "cuda" else None
+        ids = [device.index] if device.type == "cuda" else None
+        # a CPU-placed model in an NCCL job reduces its gradients over the gloo side group
+        group = rt._monitor if device.type == "cpu" and rt.backend == "nccl" else None
         model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_mb, broadcast_buffers=False,
-                    find_unused_parameters=find_unused)
+                    find_unused_parameters=find_unused, process_group=group)
     elif wrap == Wrap.fsdp and rt.distributed:
         try:
             from torch.distributed.fsdp import fully_shard
@@ -37,7 +41,7 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
         for m in shard_modules or []:
             fully_shard(m)
         fully_shard(model)
-    if cfg.compile:
+    if cfg.compile if compile is None else compile:
         model = torch.compile(model)
     return model
 

@@ -4,7 +4,7 @@ import logging
 import pytest
 import torch
 
-from distlab.checkpoint import CheckpointManager, export_model, verify_checkpoint
+from distlab.checkpoint import Box, CheckpointManager, TrainState, export_model, verify_checkpoint
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
 
@@ -21,24 +21,39 @@ def _train_step(model, opt):
     opt.zero_grad()
 
 
+def _state(model, opt, position=0):
+    state = TrainState()
+    state.add_model("model", model, [opt])
+    state.add("sampler", Box(position))
+    return state
+
+
 def _save_steps(tmp_path, steps, keep_last=5):
     model = _model()
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     mgr = CheckpointManager(tmp_path / "ck", Runtime(), keep_last=keep_last)
+    state = _state(model, opt)
     weights = {}
     for s in steps:
         _train_step(model, opt)
-        mgr.save(s, model, [opt], {"step": s, "sampler": {"position": s * 10}})
+        state.replicated["sampler"].value = s * 10
+        mgr.save(s, state, {"recipe": "test"})
         weights[s] = [p.detach().clone() for p in model.parameters()]
     return mgr, weights
 
 
+def _restore(mgr, seed):
+    model = _model(seed=seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    state = _state(model, opt)
+    meta = mgr.restore(state)
+    return model, opt, state, meta
+
+
 def test_roundtrip_restores_model_optimizer_and_extra(tmp_path):
     mgr, weights = _save_steps(tmp_path, [1, 2])
-    model = _model(seed=5)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-    extra = mgr.restore(model, [opt])
-    assert extra["step"] == 2 and extra["sampler"] == {"position": 20}
+    model, opt, state, extra = _restore(mgr, seed=5)
+    assert extra["step"] == 2 and state.replicated["sampler"].value == 20 and state.counters["step"] == 2
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights[2]))
     assert opt.state_dict()["state"][0]["step"] == 2  # Adam moments came back too
     assert (tmp_path / "ck" / "latest").read_text().strip() == "step00000002"
@@ -63,11 +78,9 @@ def test_corrupted_latest_falls_back_with_warning(tmp_path, caplog, damage):
     else:
         (newest / "MANIFEST.json").unlink()
     assert verify_checkpoint(newest) is not None
-    model = _model(seed=9)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     with caplog.at_level(logging.WARNING, logger="distlab"):
         logging.getLogger("distlab").propagate = True
-        extra = mgr.restore(model, [opt])
+        model, opt, state, extra = _restore(mgr, seed=9)
     assert extra["step"] == 1
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights[1]))
     assert "step00000002" in caplog.text and "falling back" in caplog.text
@@ -98,7 +111,7 @@ def test_async_save_finishes(tmp_path):
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     mgr = CheckpointManager(tmp_path / "ck", Runtime(), async_save=True)
     _train_step(model, opt)
-    mgr.save(1, model, [opt], {"step": 1})
+    mgr.save(1, _state(model, opt))
     mgr.wait()
     assert verify_checkpoint(mgr.steps()[-1]) is None
     assert json.loads((mgr.steps()[-1] / "extra.json").read_text())["step"] == 1

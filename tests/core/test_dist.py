@@ -75,3 +75,49 @@ def test_per_rank_seeds_differ():
     a, b = Runtime(rank=0), Runtime(rank=1)
     assert a.seed_everything(7, per_rank=True) != b.seed_everything(7, per_rank=True)
     assert a.seed_everything(7) == b.seed_everything(7)
+
+
+RAGGED_LENGTHS = {2: [3, 0], 3: [2, 0, 4]}
+
+
+def _rows(rank: int, n: int) -> torch.Tensor:
+    """Rank r's ``n`` rows of width 2: (rank, row index), so the gathered order is checkable."""
+    return torch.tensor([[float(rank), float(i)] for i in range(n)], dtype=torch.float64).reshape(n, 2)
+
+
+def _ragged(rank, world_size):
+    rt = init_runtime("gloo", "cpu")
+    lengths = RAGGED_LENGTHS[world_size]
+    rows = rt.all_gather_ragged(_rows(rank, lengths[rank]))
+    flat = rt.all_gather_ragged(torch.arange(lengths[rank], dtype=torch.long) + 100 * rank)  # 1-D, integer
+    nobody = rt.all_gather_ragged(torch.zeros(0, 3))
+    try:
+        rt.all_gather_ragged(torch.zeros(1, 2 + rank))  # trailing shapes differ: every rank must raise
+        mismatch = "no error"
+    except DistlabError as exc:
+        mismatch = str(exc)
+    pg = Runtime.from_process_group("cpu")  # the same place in the job, read from the existing group
+    assert (pg.rank, pg.world_size, pg.backend, pg.distributed) == (rank, world_size, "gloo", True)
+    # plain lists: tensors sent back through torch.multiprocessing would share memory with an exited process
+    return (rows.tolist(), str(rows.dtype)), (flat.tolist(), str(flat.dtype)), tuple(nobody.shape), mismatch
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_all_gather_ragged_concatenates_unequal_lengths_in_rank_order(world_size):
+    lengths = RAGGED_LENGTHS[world_size]
+    want = torch.cat([_rows(r, n) for r, n in enumerate(lengths)])
+    want_flat = torch.cat([torch.arange(n) + 100 * r for r, n in enumerate(lengths)])
+    for rows, flat, nobody, mismatch in run_ranks(_ragged, world_size):
+        assert rows == (want.tolist(), "torch.float64")
+        assert flat == (want_flat.tolist(), "torch.int64")
+        assert nobody == (0, 3)
+        assert "disagree beyond the first dimension" in mismatch and "rank 1: (1, 3)" in mismatch
+
+
+def test_all_gather_ragged_alone_returns_the_input():
+    t = torch.ones(4, 2)
+    assert Runtime().all_gather_ragged(t) is t
+    alone = Runtime.from_process_group("cpu")  # no process group: a single process
+    assert (alone.world_size, alone.distributed) == (1, False) and alone.all_gather_ragged(t) is t
+    with pytest.raises(DistlabError, match="scalar"):
+        Runtime().all_gather_ragged(torch.tensor(1.0))

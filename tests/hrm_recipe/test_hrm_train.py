@@ -53,8 +53,10 @@ def test_eval_command_matches_training_eval_and_writes_reports(workdir):
     run_dir = workdir / "runs" / "hrm-full"
     if not (run_dir / "summary.json").exists():
         run_cli(["train", "hrm", *TINY, "arch.name=hrm", "run.name=hrm-full", "--procs", "2"], workdir)
+    before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.is_file()}
     run_cli(["eval", str(run_dir), "--procs", "2"], workdir)
-    ev = json.loads((run_dir / "eval.json").read_text())
+    assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.is_file()} == before  # run untouched
+    ev = json.loads((run_dir / "eval" / "step00000006" / "eval.json").read_text())
     trained = _summary(run_dir)["eval"]
     assert ev["count"] == 24 and ev["step"] == 6
     assert ev["exact_accuracy"] == trained["exact_accuracy"]
@@ -67,3 +69,18 @@ def test_eval_command_matches_training_eval_and_writes_reports(workdir):
     assert sorted(pred["index"].tolist()) == list(range(24)) and pred["preds"].shape == (24, 81)
     assert (out / "by_difficulty.md").read_text().startswith("|") and (out / "by_difficulty.png").exists()
     assert (run_dir / "predictions.npz").exists()  # saved by the final evaluation of training too
+
+
+def test_trm_ema_trained_on_two_ranks_is_what_one_rank_eval_scores(workdir):
+    """The EMA is replicated state: a 1-rank eval of a 2-rank run must score the averaged weights."""
+    name = "trm-ema"
+    run_cli(["train", "hrm", *TINY, "arch.name=trm", *ARCHS["trm"], "ema_warmup=false", "arch.ema_decay=0.5",
+             f"run.name={name}", "--procs", "2"], workdir)
+    run_dir = workdir / "runs" / name
+    trained = _summary(run_dir)["eval"]  # computed in training with the EMA weights applied
+    run_cli(["eval", str(run_dir), "--procs", "1"], workdir)
+    ev = json.loads((run_dir / "eval" / "step00000006" / "eval.json").read_text())
+    assert ev["weights"] == "ema" and ev["count"] == trained["count"] == 24
+    assert ev["exact_accuracy"] == trained["exact_accuracy"]
+    assert abs(ev["token_accuracy"] - trained["token_accuracy"]) < 1e-9
+    assert abs(ev["q_halt_accuracy"] - trained["q_halt_accuracy"]) < 1e-9

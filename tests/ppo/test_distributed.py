@@ -6,6 +6,7 @@ import torch
 
 from mp import run_ranks
 
+from distlab.dist import init_runtime
 from distlab.recipes.ppo.algo import PPOConfig, PPOHooks, train
 
 
@@ -28,7 +29,8 @@ def _rank_fn(rank, world_size):
         rec = Recorder()
         cfg = PPOConfig(env_id="CartPole-v1", policy=policy, num_envs=2, num_steps=64, num_minibatches=2,
                         update_epochs=2, total_timesteps=2 * 64 * world_size * 3, hidden_size=32, seed=3)
-        summary = train(cfg, rec)
+        # mlp: the runtime PPO derives from the caller's process group; lstm: the core's, as the recipe passes it
+        summary = train(cfg, rec) if policy == "mlp" else train(cfg, rec, rt=init_runtime("gloo", "cpu"))
         out[policy] = (rec.params, rec.eps, rec.local, summary)
     return out
 

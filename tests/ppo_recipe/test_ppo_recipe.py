@@ -28,6 +28,7 @@ def test_two_ranks_stop_and_resume(tmp_path):
     assert "resumed from" in (run_dir / "rank1.log").read_text()
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"train"' in x]
     assert [r["update"] for r in rows] == list(range(1, 9))  # updates 1-3 before the stop, 4-8 after
+    assert [r["step"] for r in rows] == [128 * u for u in range(1, 9)]  # env steps continue too (2 x 32 x 2 ranks)
 
 
 def test_seed_flags_are_accepted(tmp_path):

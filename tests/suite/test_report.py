@@ -31,7 +31,7 @@ def make_run(root: Path, exp: str, seed: int, final: float, token: float, token_
                                  token_key: token, "pass@1": final, "flops": s * 1e12, "gpu_seconds": s * 0.5}))
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     (run / "config.yaml").write_text(f"seed: {seed}\n")
-    (run / "manifest.json").write_text("{}")
+    (run / "manifest.json").write_text(json.dumps({"recipe": "hrm"}))  # hrm declares exact/token acc, pass@k
     if finished:
         summary = {"exact_accuracy": final, token_key: token, "pass@1": final, "flops": 300e12, "gpu_seconds": 150.0,
                    "by_difficulty": [{"bucket": "easy", "count": 40, "exact_accuracy": min(1.0, final + 0.1)},
@@ -59,6 +59,8 @@ def test_report_numbers_match_hand_computation(suite_dir, tmp_path):
     md = build_report(suite_dir, tmp_path / "rep")
     data = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert data["baseline"] == "base"
+    assert data["report_metrics"]["names"] == ["exact_accuracy", "token_accuracy", "pass@1"]  # hrm's, as logged
+    assert data["report_metrics"]["primary"] == "exact_accuracy" and "hrm" in data["report_metrics"]["source"]
     exps = data["experiments"]
     assert list(exps) == ["base", "better", "lonely"]
     base = exps["base"]["metrics"]["exact_accuracy"]
@@ -86,9 +88,9 @@ def test_report_numbers_match_hand_computation(suite_dir, tmp_path):
     assert f"| +25.00 | {p:.3g} | {'yes' if p < 0.05 else 'no'} |" in text
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "<table>" in html and 'src="learning_curves.png"' in html and "85.00" in html
-    assert 'src="learning_curves_token.png"' in html
-    for png in ("learning_curves.png", "learning_curves_token.png", "bars_exact_accuracy.png",
-                "bars_token_accuracy.png", "difficulty.png"):
+    assert 'src="learning_curves_token_accuracy.png"' in html
+    for png in ("learning_curves.png", "learning_curves_token_accuracy.png", "learning_curves_pass_1.png",
+                "bars_exact_accuracy.png", "bars_token_accuracy.png", "bars_pass_1.png", "difficulty.png"):
         assert (tmp_path / "rep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list((tmp_path / "rep").glob(".*tmp*"))  # atomic writes leave no temp files
 
@@ -111,7 +113,7 @@ def test_efficiency_cost_and_difficulty(suite_dir, tmp_path):
     hard = exps["base"]["difficulty"]["hard"]
     assert hard["count"] == 10 and hard["exact_accuracy"]["mean"] == pytest.approx(0.4)
     text = (tmp_path / "rep" / "report.md").read_text()
-    assert "## Accuracy by difficulty" in text and "| hard | 10 | 40.00 ±" in text
+    assert "## Exact accuracy by difficulty" in text and "| hard | 10 | 40.00 ±" in text
 
 
 def test_paired_test_option_and_explicit_baseline(suite_dir, tmp_path):

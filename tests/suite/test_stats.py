@@ -64,7 +64,7 @@ def test_milestones_first_eval_reaching_each_threshold():
     curve = [{"step": 300, "exact_accuracy": 0.6, "gpu_seconds": 30.0},
              {"step": 100, "exact_accuracy": 0.05, "gpu_seconds": 10.0},
              {"step": 200, "exact_accuracy": 0.3, "gpu_seconds": 20.0}]
-    m = milestones(curve, (0.1, 0.25, 0.5, 0.9))
+    m = milestones(curve, (0.1, 0.25, 0.5, 0.9), metric="exact_accuracy")
     assert m[0.1] == {"step": 200.0, "gpu_seconds": 20.0}
     assert m[0.25]["step"] == 200 and m[0.5]["step"] == 300 and m[0.9] is None
 

@@ -9,7 +9,7 @@ import pytest
 
 from distlab.cli import main
 from distlab.errors import DistlabError
-from distlab.suite.cli import device_slots
+from distlab.suite.runner import device_slots
 from distlab.suite.spec import load_suite, shipped_suites
 
 

@@ -22,8 +22,9 @@ import torch
 
 from distlab.doctor import checks
 from distlab.doctor.bandwidth import run_allreduce, sizes_up_to
-from distlab.doctor.memory import ModelSpec, find_scaling_file, plan_memory, speedup_estimates
+from distlab.doctor.memory import find_scaling_file, plan_devices, plan_memory, speedup_estimates
 from distlab.errors import DistlabError
+from distlab.recipe import ModelSpec
 
 __all__ = ["ModelSpec", "REPORT_KEYS", "collect_report", "register", "run_doctor", "run_from_args"]
 
@@ -54,11 +55,14 @@ def _bandwidth(enabled: bool, n_gpus: int, nccl_ok: bool, procs: int, bandwidth_
     return run_allreduce(backend, world, sizes_up_to(bandwidth_mb), timeout_s=timeout_s)
 
 
-def _memory_plan(model: ModelSpec | None, gpus: list[dict[str, Any]], host: dict[str, Any],
+def _memory_plan(model: ModelSpec | list[ModelSpec] | None, gpus: list[dict[str, Any]], host: dict[str, Any],
                  procs: int) -> dict[str, Any] | None:
-    """Size against the tightest GPU, or against RAM shared by the CPU ranks."""
+    """Size against the tightest GPU, or against RAM shared by the CPU ranks; per device for several models."""
     if model is None:
         return None
+    if isinstance(model, list):
+        free = {g["index"]: g["free_bytes"] for g in gpus}
+        return plan_devices(model, free, host["ram_available_bytes"] or 0, max(1, len(gpus)) if gpus else procs)
     if gpus:
         tight = min(gpus, key=lambda g: g["free_bytes"])
         return plan_memory(model, capacity_bytes=tight["free_bytes"], world_size=len(gpus),
@@ -145,10 +149,10 @@ def run_doctor(*, json_out: bool, bandwidth: bool = True, model: ModelSpec | Non
     return report["exit_code"]
 
 
-def recipe_model_spec(recipe_name: str, overrides: list[str], presets: list[str]) -> ModelSpec:
+def recipe_model_spec(recipe_name: str, overrides: list[str], presets: list[str]) -> ModelSpec | list[ModelSpec]:
     """The memory model of a recipe config, so the estimate matches what ``train`` would build."""
     from distlab.recipe import load_recipe
-    from distlab.worker import resolve_config
+    from distlab.config import resolve_config
 
     recipe = load_recipe(recipe_name)
     if recipe.model_spec is None:

@@ -410,6 +410,13 @@ def check_bandwidth(bw: Mapping[str, Any] | None) -> list[Finding]:
 def check_memory(plan: Mapping[str, Any] | None) -> list[Finding]:
     if not plan or plan["verdict"] == "fits":
         return []
+    if "per_device" in plan:
+        over = [r for r in plan["per_device"] if r["fits"] is False]
+        return [Finding("error", "memory_does_not_fit",
+                        f"{r['device']} needs {r['total'] / GIB:.2f} GiB for {', '.join(r['models'])}; "
+                        f"{r['free_bytes'] * 0.9 / GIB:.2f} GiB usable",
+                        "move a frozen model to placement.<model>=cpu or offload, or a model to another cuda:N")
+                for r in over]
     severity = "error" if plan["verdict"] == "does_not_fit" else "warn"
     return [Finding(severity, f"memory_{plan['verdict']}",
                     f"model {plan['model']['name']!r} needs {plan['ddp']['total'] / GIB:.2f} GiB per rank with "
@@ -430,7 +437,7 @@ def recommendations(findings: list[Finding], n_gpus: int, procs: int,
     for f in sorted(findings, key=lambda f: SEVERITIES.index(f.severity)):
         if f.fix and f.severity in ("error", "warn") and f.fix not in recs:
             recs.append(f.fix)
-    if memory_plan and memory_plan["verdict"] == "fits":
+    if memory_plan and memory_plan["verdict"] == "fits" and "recommendation" in memory_plan:
         recs.append(memory_plan["recommendation"])
     if n_gpus == 0 and procs >= 2 and not any(f.code == "omp_threads_unset" for f in findings):
         recs.append(f"CPU training: {procs} gloo processes on {cpu_count()} cores "

@@ -15,45 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from distlab.errors import DistlabError, near_matches
+from distlab.errors import DistlabError
+from distlab.recipe import OPTIMIZER_STATE_BYTES, ModelSpec
 
-# Bytes of optimizer state per *trainable* parameter. Adam keeps two fp32 moments.
-OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 8, "adamw": 8, "sgd": 4, "none": 0}
 # Keep this share of free memory in reserve for the allocator, cuDNN workspaces, NCCL buffers.
 SAFETY_FRACTION = 0.9
 GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What the doctor needs to know about a model to size it (the lead builds this from a recipe)."""
-
-    name: str
-    params: int
-    trainable_params: int | None = None
-    activation_bytes_per_example: int = 0
-    batch_per_device: int = 1
-    param_dtype_bytes: int = 4
-    optimizer: str = "adam"
-
-    def __post_init__(self) -> None:
-        if self.params <= 0:
-            raise DistlabError(f"model {self.name!r}: params must be > 0, got {self.params}")
-        if self.trainable_params is not None and not 0 <= self.trainable_params <= self.params:
-            raise DistlabError(f"model {self.name!r}: trainable_params must be in [0, params={self.params}]")
-        if self.batch_per_device < 1 or self.activation_bytes_per_example < 0:
-            raise DistlabError(f"model {self.name!r}: batch_per_device must be >= 1 and activation bytes >= 0")
-        if self.param_dtype_bytes not in (1, 2, 4, 8):
-            raise DistlabError(f"model {self.name!r}: param_dtype_bytes must be 1, 2, 4 or 8, "
-                               f"got {self.param_dtype_bytes}")
-        if self.optimizer not in OPTIMIZER_STATE_BYTES:
-            hint = near_matches(self.optimizer, OPTIMIZER_STATE_BYTES)
-            raise DistlabError(f"model {self.name!r}: unknown optimizer {self.optimizer!r}; use one of "
-                               f"{sorted(OPTIMIZER_STATE_BYTES)}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
-
-    @property
-    def trainable(self) -> int:
-        return self.params if self.trainable_params is None else self.trainable_params
 
 
 @dataclass(frozen=True)
@@ -238,3 +205,50 @@ def _amdahl_serial_fraction(measured: list[dict[str, Any]], base_gpus: int) -> f
     if not fractions:
         return None
     return min(1.0, max(0.0, sum(fractions) / len(fractions)))
+
+
+def plan_devices(specs: list[ModelSpec], gpu_free: dict[int, int], host_free: int, procs: int) -> dict[str, Any]:
+    """Per-device totals for a placement of several models, against the free memory of each device.
+
+    ``gpu_free`` maps a local GPU index (rank 0's device group) to its free bytes; GPUs missing from it
+    (a laptop planning a cluster run) are estimated without a verdict. An ``offload`` model keeps its
+    weights in CPU memory and needs one layer's weights on the compute device (counted as its
+    activations there); a frozen model holds no gradients or optimizer state.
+    """
+    rows: dict[str, dict[str, int]] = {}
+    for spec in specs:
+        b = estimate_memory(spec, strategy="fsdp" if spec.wrap == "fsdp" else "ddp", world_size=procs)
+        home, compute = _devices_of(spec.placement, bool(gpu_free) or spec.placement.startswith("cuda"))
+        weights = rows.setdefault(home, {"params": 0, "grads": 0, "optimizer": 0, "activations": 0})
+        weights["params"] += b.params + b.master_weights
+        weights["grads"] += b.grads
+        weights["optimizer"] += b.optimizer
+        rows.setdefault(compute, {"params": 0, "grads": 0, "optimizer": 0, "activations": 0})
+        rows[compute]["activations"] += b.activations
+    out, fits = [], True
+    for dev, parts in sorted(rows.items()):
+        total = sum(parts.values())
+        if dev == "cpu":
+            free = host_free // max(procs, 1)
+        else:
+            free = gpu_free.get(int(dev.split(":")[1]))
+        ok = None if free is None else total <= free * SAFETY_FRACTION
+        fits = fits and ok is not False
+        models = [s.name for s in specs if dev in _devices_of(s.placement, dev != "cpu")]
+        out.append({"device": dev, **parts, "total": total, "free_bytes": free, "fits": ok, "models": models})
+    return {"per_device": out, "verdict": "fits" if fits else "does_not_fit",
+            "models": [asdict(s) for s in specs]}
+
+
+def _devices_of(placement: str, gpu: bool) -> tuple[str, str]:
+    """(where the weights live, where the model computes) for a placement string."""
+    p = placement.lower()
+    first = "cuda:0" if gpu else "cpu"
+    if p == "cpu":
+        return "cpu", "cpu"
+    if p == "offload":
+        return "cpu", first
+    if p.startswith("cuda"):
+        dev = p if ":" in p else "cuda:0"
+        return dev, dev
+    return first, first

@@ -83,12 +83,25 @@ def _memory(report: dict[str, Any]) -> Panel | None:
     plan = report["memory"]
     if not plan:
         return None
+    if "per_device" in plan:
+        return _placement(plan)
     table = Table("per rank", "DDP", f"FSDP / {plan['world_size']}")
     for key in ("params", "grads", "optimizer", "master_weights", "activations", "total"):
         table.add_row(key, _gib(plan["ddp"][key]), _gib(plan["fsdp"][key]))
     table.add_row("usable", _gib(plan["usable_bytes"]), _gib(plan["usable_bytes"]))
     return Panel(Group(table, Text(plan["recommendation"])),
                  title=f"memory estimate: {plan['model']['name']} on {plan['device']}", expand=False)
+
+
+def _placement(plan: dict[str, Any]) -> Panel:
+    """One row per device of a several-model placement (rank 0's device group)."""
+    table = Table("device", "models", "params", "grads", "optimizer", "activations", "total", "free", "fits")
+    for row in plan["per_device"]:
+        free = "-" if row["free_bytes"] is None else _gib(row["free_bytes"])
+        fits = {True: "yes", False: "NO", None: "not here"}[row["fits"]]
+        table.add_row(row["device"], ", ".join(row["models"]), *(_gib(row[k]) for k in
+                      ("params", "grads", "optimizer", "activations", "total")), free, fits)
+    return Panel(table, title=f"memory estimate per device ({plan['verdict'].replace('_', ' ')})", expand=False)
 
 
 def _speedup(report: dict[str, Any]) -> Panel:

@@ -145,11 +145,9 @@ def train(cfg: ToyConfig, session) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sampler = GlobalBatchSampler(cfg.num_examples, cfg.global_batch_size, rt.rank, rt.world_size, cfg.run.seed)
     micro = check_divisible(cfg.global_batch_size, rt.world_size, cfg.dist.grad_accum)
-    step = 0
-    extra = session.restore(model, [opt])
-    if extra:
-        step = extra["step"]
-        sampler.load_state_dict(extra["sampler"])
+    session.track_model("model", model, [opt])
+    session.track("sampler", sampler)
+    step = session.restore()
     progress, meter = session.progress(cfg.steps, step), session.throughput()
     flops = flops_per_example(cfg)
     status, last = "completed", {}
@@ -183,8 +181,7 @@ def train(cfg: ToyConfig, session) -> dict:
             session.metrics.log(step, evaluate(model, session, cfg), split="eval")
         progress.update(step, loss=last["loss"])
         stop = session.stop_requested(step) and step < cfg.steps
-        if session.due(step) or stop or step == cfg.steps:
-            session.save(step, model, [opt], {"step": step, "sampler": sampler.state_dict()})
+        session.checkpoint(step, last=stop or step == cfg.steps)
         if stop:
             status = "preempted"
             break
@@ -199,12 +196,13 @@ def train(cfg: ToyConfig, session) -> dict:
 def evaluate_checkpoint(cfg: ToyConfig, session, ckpt) -> dict:
     core = ToyLM(cfg)
     model = session.wrap(core, shard_modules=list(core.blocks))
-    extra = session.ckpt.restore(model, [], path=ckpt)
-    return {"step": extra["step"], **evaluate(model, session, cfg)}
+    session.track_model("model", model)
+    meta = session.load_checkpoint(ckpt)
+    return {"step": meta["step"], **evaluate(model, session, cfg)}
 
 
 def model_spec(cfg: ToyConfig):
-    from distlab.doctor.memory import ModelSpec
+    from distlab.recipe import ModelSpec
 
     params = sum(p.numel() for p in ToyLM(cfg).parameters())
     # activations kept for backward: ~16 floats per token per layer per d_model plus attention scores
@@ -217,4 +215,5 @@ def validate(cfg: ToyConfig, world_size: int) -> None:
 
 
 RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_batch_size",), lr_keys=("lr",),
-                validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec)
+                validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
+                report_metrics=("token_accuracy", "loss"), percent_metrics=("token_accuracy",))

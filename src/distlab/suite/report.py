@@ -1,5 +1,10 @@
 """Suite report: per-experiment mean ± 95% CI over seeds, tests against the baseline, efficiency, cost, plots.
 
+Which metrics it shows is the recipe's call, not the report's: each run's ``manifest.json`` names its
+recipe, and that recipe's ``report_metrics`` (primary first) and ``percent_metrics`` pick the columns,
+tests, curves and bars. Runs whose recipe declares nothing (or cannot be loaded here) get every numeric
+eval metric, sorted. Milestones and cost per point need a fraction-valued primary metric.
+
 Everything shown is also written to ``report.json`` so notebooks and tests read the exact numbers instead
 of parsing Markdown.
 """
@@ -9,7 +14,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict
+import re
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +24,79 @@ import yaml
 from distlab.errors import DistlabError
 from distlab.suite import plots
 from distlab.suite.document import Block, Heading, Image, Para, Table, atomic_write_text, to_html, to_markdown
-from distlab.suite.runs import RunData, SuiteRuns, load_suite_runs
+from distlab.suite.runs import ALIASES, RunData, SuiteRuns, load_suite_runs
 from distlab.suite.stats import (DEFAULT_MILESTONES, Summary, compare, curve_band, flops_per_point, milestones,
                                  summarize)
 
-ACCURACY_METRICS = ("exact_accuracy", "token_accuracy", "pass@1", "pass@2", "pass@10", "pass@100")
 ALPHA = 0.05
+# logged beside eval metrics by the core or used by the report's own sections: never a headline metric
+BOOKKEEPING = frozenset({"step", "time", "time_s", "flops", "gpu_seconds", "wall_s"})
+
+
+@dataclass(frozen=True)
+class ReportMetrics:
+    """The metrics a report shows, primary first, and which of them are fractions shown in percent."""
+
+    names: tuple[str, ...]
+    percent: frozenset[str]
+    source: str  # said in the report, so a reader knows why these columns
+
+    @property
+    def primary(self) -> str | None:
+        return self.names[0] if self.names else None
+
+    @property
+    def primary_is_fraction(self) -> bool:
+        """Milestones (reach 0.5 ...) and cost per percentage point only mean something for fractions."""
+        return self.primary is not None and self.primary in self.percent
+
+
+def report_metrics(runs: SuiteRuns, suite_recipe: str | None = None) -> ReportMetrics:
+    """The recipe's declared headline metrics that some finished run logged, else every numeric eval metric.
+
+    The recipe comes from each run's manifest.json; ``suite_recipe`` (the suite.yaml snapshot's) covers
+    runs written without one. Several recipes in one folder: their metrics in order of appearance.
+    """
+    every = [r for seeds in runs.finished.values() for r in seeds.values()]
+    logged = set().union(*(_numeric_metrics(r) for r in every)) if every else set()
+    names = list(dict.fromkeys(r.recipe for r in every if r.recipe)) or ([suite_recipe] if suite_recipe else [])
+    declared: list[str] = []
+    percent: set[str] = set()
+    loaded = []
+    for name in names:
+        recipe = _load_recipe(name)
+        if recipe is None or not recipe.report_metrics:
+            continue
+        loaded.append(name)
+        declared += [m for m in recipe.report_metrics if m not in declared]
+        percent |= set(recipe.report_metrics if recipe.percent_metrics is None else recipe.percent_metrics)
+    shown = tuple(m for m in declared if m in logged)
+    if shown:
+        return ReportMetrics(shown, frozenset(percent & set(shown)), f"declared by recipe {', '.join(loaded)}")
+    why = (f"recipe {', '.join(loaded)} declares none of them" if loaded else
+           f"recipe {', '.join(names)} declares no report_metrics or is not installed" if names else
+           "the runs do not name their recipe")
+    return ReportMetrics(tuple(sorted(logged - BOOKKEEPING)), frozenset(), f"every numeric eval metric ({why})")
+
+
+def _load_recipe(name: str):
+    from distlab.recipe import load_recipe
+
+    try:
+        return load_recipe(name)
+    except (DistlabError, ImportError):
+        return None
+
+
+def _numeric_metrics(run: RunData) -> set[str]:
+    """Numeric keys of the run's eval lines and of its summary's ``eval`` section (aliases dropped)."""
+    rows = [*run.evals, run.summary.get("eval") if isinstance(run.summary.get("eval"), dict) else {}]
+    keys = {k for row in rows for k, v in row.items() if _is_number(v)}
+    return keys - {a for a, canonical in ALIASES.items() if canonical in keys}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def build_report(suite_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
@@ -48,34 +121,42 @@ def build_report(suite_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     if base is not None and base not in runs.finished:
         known = ", ".join(order)
         raise DistlabError(f"baseline {base!r} has no finished runs under {suite_dir}; finished experiments: {known}")
-    results = {name: experiment_stats(runs.finished[name], thresholds) for name in order}
+    shown = report_metrics(runs, meta.get("recipe"))
+    results = {name: experiment_stats(runs.finished[name], thresholds, shown) for name in order}
     if base is not None:
         for name in order:
-            results[name]["tests"] = _tests(runs.finished[name], runs.finished[base], test) if name != base else {}
+            results[name]["tests"] = (_tests(runs.finished[name], runs.finished[base], test, shown.names)
+                                      if name != base else {})
     out.mkdir(parents=True, exist_ok=True)
-    figures = _make_figures(runs, order, results, base, out)
+    figures = _make_figures(runs, order, results, base, out, shown)
     data = {"suite_dir": str(suite_dir), "suite": meta.get("name", suite_dir.name), "baseline": base,
-            "test": test, "alpha": ALPHA, "thresholds": list(thresholds), "experiments": results,
-            "unfinished": [str(p) for p in runs.unfinished]}
-    blocks = _document(data, order, figures, meta.get("description", ""))
+            "test": test, "alpha": ALPHA, "thresholds": list(thresholds),
+            "report_metrics": {"names": list(shown.names), "percent": sorted(shown.percent),
+                               "primary": shown.primary, "source": shown.source},
+            "experiments": results, "unfinished": [str(p) for p in runs.unfinished]}
+    blocks = _document(data, order, figures, meta.get("description", ""), shown)
     atomic_write_text(out / "report.json", json.dumps(_jsonable(data), indent=2))
     atomic_write_text(out / "report.html", to_html(blocks, f"distlab suite report: {data['suite']}"))
     atomic_write_text(out / "report.md", to_markdown(blocks))
     return out / "report.md"
 
 
-def experiment_stats(seeds: dict[int, RunData], thresholds: tuple[float, ...]) -> dict[str, Any]:
+def experiment_stats(seeds: dict[int, RunData], thresholds: tuple[float, ...], shown: ReportMetrics
+                     ) -> dict[str, Any]:
     """All numbers of one experiment across its seeds (summaries are plain dicts, nan where undefined)."""
     runs = [seeds[s] for s in sorted(seeds)]
-    metrics = {m: asdict(summarize(r.final(m) for r in runs)) for m in ACCURACY_METRICS
+    metrics = {m: asdict(summarize(r.final(m) for r in runs)) for m in shown.names
                if any(math.isfinite(r.final(m)) for r in runs)}
-    return {"seeds": sorted(seeds), "metrics": metrics, "efficiency": _efficiency(runs, thresholds),
-            "cost": _cost(runs), "difficulty": _difficulty(runs), "tests": {}}
+    fraction = shown.primary if shown.primary_is_fraction else None
+    return {"seeds": sorted(seeds), "metrics": metrics,
+            "efficiency": _efficiency(runs, thresholds, fraction) if fraction else {},
+            "cost": _cost(runs, fraction), "difficulty": _difficulty(runs, shown.names), "tests": {}}
 
 
-def _tests(exp: dict[int, RunData], base: dict[int, RunData], method: str) -> dict[str, Any]:
+def _tests(exp: dict[int, RunData], base: dict[int, RunData], method: str, names: tuple[str, ...]
+           ) -> dict[str, Any]:
     out = {}
-    for metric in ACCURACY_METRICS:
+    for metric in names:
         a = {s: r.final(metric) for s, r in exp.items() if math.isfinite(r.final(metric))}
         b = {s: r.final(metric) for s, r in base.items() if math.isfinite(r.final(metric))}
         if a and b:
@@ -84,9 +165,9 @@ def _tests(exp: dict[int, RunData], base: dict[int, RunData], method: str) -> di
     return out
 
 
-def _efficiency(runs: list[RunData], thresholds: tuple[float, ...]) -> dict[str, Any]:
-    """Steps / GPU-seconds to each milestone, averaged over the seeds that reached it."""
-    per_seed = [milestones(r.evals, thresholds) for r in runs]
+def _efficiency(runs: list[RunData], thresholds: tuple[float, ...], metric: str) -> dict[str, Any]:
+    """Steps / GPU-seconds until ``metric`` reaches each milestone, averaged over the seeds that reached it."""
+    per_seed = [milestones(r.evals, thresholds, metric=metric) for r in runs]
     out = {}
     for thr in thresholds:
         hits = [m[thr] for m in per_seed if m[thr] is not None]
@@ -96,23 +177,29 @@ def _efficiency(runs: list[RunData], thresholds: tuple[float, ...]) -> dict[str,
     return out
 
 
-def _cost(runs: list[RunData]) -> dict[str, Any]:
+def _cost(runs: list[RunData], fraction: str | None) -> dict[str, Any]:
+    """Training FLOPs and GPU-seconds; FLOPs per percentage point of ``fraction`` (the primary) when it is one."""
     flops = [r.final("flops") for r in runs]
-    per_point = [flops_per_point(f, r.final("exact_accuracy")) for f, r in zip(flops, runs)]
-    return {"flops": asdict(summarize(flops)), "gpu_seconds": asdict(summarize(r.final("gpu_seconds") for r in runs)),
-            "flops_per_point": asdict(summarize(per_point)),
-            "zero_accuracy_seeds": sum(1 for p in per_point if p == math.inf)}
+    out = {"flops": asdict(summarize(flops)), "gpu_seconds": asdict(summarize(r.final("gpu_seconds") for r in runs))}
+    if fraction:
+        per_point = [flops_per_point(f, r.final(fraction)) for f, r in zip(flops, runs)]
+        out.update(flops_per_point=asdict(summarize(per_point)),
+                   zero_accuracy_seeds=sum(1 for p in per_point if p == math.inf))
+    return out
 
 
-def _difficulty(runs: list[RunData]) -> dict[str, Any]:
+def _difficulty(runs: list[RunData], names: tuple[str, ...]) -> dict[str, Any]:
+    """Per difficulty bucket (``by_difficulty`` rows of the summary, if the recipe writes them): each shown metric."""
     buckets: dict[str, dict[str, list[float]]] = {}
     for r in runs:
         nested = r.summary.get("eval") if isinstance(r.summary.get("eval"), dict) else {}
         for row in r.summary.get("by_difficulty") or nested.get("by_difficulty") or []:
-            b = buckets.setdefault(str(row.get("bucket")), {"acc": [], "count": []})
-            b["acc"].append(float(row.get("exact_accuracy", math.nan)))
+            b = buckets.setdefault(str(row.get("bucket")), {"count": []})
             b["count"].append(float(row.get("count", math.nan)))
-    return {name: {"count": summarize(v["count"]).mean, "exact_accuracy": asdict(summarize(v["acc"]))}
+            for m in names:
+                if m in row:
+                    b.setdefault(m, []).append(float(row[m]))
+    return {name: {"count": summarize(v.pop("count")).mean, **{m: asdict(summarize(x)) for m, x in v.items()}}
             for name, v in buckets.items()}
 
 
@@ -138,12 +225,12 @@ def _experiment_order(runs: SuiteRuns, meta: dict[str, Any]) -> list[str]:
 
 
 def _make_figures(runs: SuiteRuns, order: list[str], results: dict[str, Any], base: str | None,
-                  out: Path) -> dict[str, str]:
+                  out: Path, shown: ReportMetrics) -> dict[str, str]:
+    """Learning curve and final-value bars of every shown metric, and the difficulty bars; key -> file name."""
     figs: dict[str, str] = {}
-    # token accuracy too: early in training, or on hard puzzles, exact accuracy sits at 0 for every
-    # experiment while the token curves already tell them apart
-    for key, metric, file in (("curves", "exact_accuracy", "learning_curves.png"),
-                              ("curves_token", "token_accuracy", "learning_curves_token.png")):
+    # every metric, not just the primary: early in training, or on hard puzzles, exact accuracy sits at 0 for
+    # every experiment while the token-accuracy curves already tell them apart
+    for metric in shown.names:
         bands = {}
         for name in order:
             curves = [[(row["step"], row[metric]) for row in r.evals if metric in row]
@@ -151,24 +238,41 @@ def _make_figures(runs: SuiteRuns, order: list[str], results: dict[str, Any], ba
             if any(curves):
                 bands[name] = curve_band(curves)
         if bands:
-            figs[key] = plots.learning_curves(bands, out / file, ylabel=f"eval {metric.replace('_', ' ')}").name
-    for metric in ("exact_accuracy", "token_accuracy"):
+            file = "learning_curves.png" if metric == shown.primary else f"learning_curves_{_slug(metric)}.png"
+            figs[f"curves:{metric}"] = plots.learning_curves(bands, out / file, ylabel=f"eval {_label(metric)}").name
+    for metric in shown.names:
         have = [n for n in order if metric in results[n]["metrics"]]
         if have:
             s = [results[n]["metrics"][metric] for n in have]
-            figs[metric] = plots.bar_chart(have, [x["mean"] for x in s], [x["half_width"] for x in s],
-                                           out / f"bars_{metric}.png", metric.replace("_", " "), base).name
+            figs[f"bars:{metric}"] = plots.bar_chart(have, [x["mean"] for x in s], [x["half_width"] for x in s],
+                                                     out / f"bars_{_slug(metric)}.png", _label(metric), base).name
     buckets = _bucket_order(results, order)
-    if buckets:
+    metric = _difficulty_metric(results, order, shown)
+    if buckets and metric:
         series = {}
         for n in order:
             d = results[n]["difficulty"]
             if d:
-                series[n] = ([d[b]["exact_accuracy"]["mean"] if b in d else math.nan for b in buckets],
-                             [d[b]["exact_accuracy"]["half_width"] if b in d else math.nan for b in buckets])
+                series[n] = ([d[b][metric]["mean"] if metric in d.get(b, {}) else math.nan for b in buckets],
+                             [d[b][metric]["half_width"] if metric in d.get(b, {}) else math.nan for b in buckets])
         figs["difficulty"] = plots.grouped_bars(buckets, series, out / "difficulty.png", "difficulty bucket",
-                                                "exact accuracy").name
+                                                _label(metric)).name
     return figs
+
+
+def _difficulty_metric(results: dict[str, Any], order: list[str], shown: ReportMetrics) -> str | None:
+    """The first shown metric the difficulty buckets hold (the primary, when the recipe writes it per bucket)."""
+    present = {m for n in order for b in results[n]["difficulty"].values() for m in b if m != "count"}
+    return next((m for m in shown.names if m in present), None)
+
+
+def _slug(metric: str) -> str:
+    """A file-name-safe form of a metric name (``pass@1`` -> ``pass_1``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", metric)
+
+
+def _label(metric: str) -> str:
+    return metric.replace("_", " ")
 
 
 def _bucket_order(results: dict[str, Any], order: list[str]) -> list[str]:
@@ -178,7 +282,8 @@ def _bucket_order(results: dict[str, Any], order: list[str]) -> list[str]:
     return seen
 
 
-def _document(data: dict[str, Any], order: list[str], figs: dict[str, str], description: str) -> list[Block]:
+def _document(data: dict[str, Any], order: list[str], figs: dict[str, str], description: str,
+              shown: ReportMetrics) -> list[Block]:
     res, base = data["experiments"], data["baseline"]
     blocks: list[Block] = [Heading(f"Suite report: {data['suite']}", 1)]
     if description:
@@ -187,44 +292,49 @@ def _document(data: dict[str, Any], order: list[str], figs: dict[str, str], desc
                        f"confidence interval over seeds (n/a with a single seed). "
                        + (f"Baseline: {base}; test: {data['test']} at alpha={ALPHA}, no correction for "
                           f"multiple comparisons." if base else "No baseline known: significance tests skipped "
-                          "(pass baseline= or write suite.yaml).")))
-    blocks += _accuracy_section(res, order, base)
+                          "(pass baseline= or write suite.yaml).")
+                       + (f" Metrics: {shown.source}; primary: {shown.primary}." if shown.primary else
+                          f" No numeric metrics found ({shown.source}).")))
+    blocks += _results_section(res, order, base, shown)
     if base:
-        blocks += _tests_section(res, order, base)
-    blocks += _efficiency_section(res, order, data["thresholds"])
-    blocks += _cost_section(res, order)
-    blocks += _difficulty_section(res, order, figs)
-    for key, alt in (("curves", "Eval exact accuracy vs training step (mean, 95% CI band)"),
-                     ("curves_token", "Eval token accuracy vs training step (mean, 95% CI band)"),
-                     ("exact_accuracy", "Final exact accuracy (95% CI error bars)"),
-                     ("token_accuracy", "Final token accuracy (95% CI error bars)")):
-        if key in figs:
-            blocks.append(Image(figs[key], alt))
+        blocks += _tests_section(res, order, base, shown)
+    if shown.primary_is_fraction:
+        blocks += _efficiency_section(res, order, data["thresholds"], shown.primary)
+    blocks += _cost_section(res, order, shown)
+    blocks += _difficulty_section(res, order, figs, shown)
+    for metric in shown.names:
+        if f"curves:{metric}" in figs:
+            blocks.append(Image(figs[f"curves:{metric}"], f"Eval {_label(metric)} vs training step (mean, 95% CI band)"))
+    for metric in shown.names:
+        if f"bars:{metric}" in figs:
+            blocks.append(Image(figs[f"bars:{metric}"], f"Final {_label(metric)} (95% CI error bars)"))
     if data["unfinished"]:
         blocks += [Heading("Unfinished runs"), Para("Not included (no summary.json, or stopped early): "
                                                     + ", ".join(data["unfinished"]))]
     return blocks
 
 
-def _accuracy_section(res: dict[str, Any], order: list[str], base: str | None) -> list[Block]:
-    metrics = [m for m in ACCURACY_METRICS if any(m in res[n]["metrics"] for n in order)]
-    headers = ["experiment", "seeds", *[f"{m} (%)" for m in metrics]]
-    if base:
-        headers += ["Δ exact vs baseline (pp)", "p (exact)", "significant"]
+def _results_section(res: dict[str, Any], order: list[str], base: str | None, shown: ReportMetrics) -> list[Block]:
+    metrics = [m for m in shown.names if any(m in res[n]["metrics"] for n in order)]
+    primary = shown.primary
+    pct = primary in shown.percent
+    headers = ["experiment", "seeds", *[metric_header(m, m in shown.percent) for m in metrics]]
+    if base and primary:
+        headers += [f"Δ {primary} vs baseline" + (" (pp)" if pct else ""), f"p ({primary})", "significant"]
     rows = []
     for n in order:
         row = [n + (" (baseline)" if n == base else ""), str(len(res[n]["seeds"]))]
-        row += [fmt_ci(res[n]["metrics"].get(m), scale=100) for m in metrics]
-        if base:
-            t = res[n]["tests"].get("exact_accuracy")
-            delta = _delta(res[n], res[base], "exact_accuracy")
-            row += ["–", "–", "–"] if n == base else [fmt_num(delta, "+.2f"), fmt_p(t), _flag(t)]
+        row += [fmt_metric(res[n]["metrics"].get(m), m in shown.percent) for m in metrics]
+        if base and primary:
+            t = res[n]["tests"].get(primary)
+            delta = _delta(res[n], res[base], primary) * (100 if pct else 1)
+            row += ["–", "–", "–"] if n == base else [fmt_num(delta, "+.2f" if pct else "+.4g"), fmt_p(t), _flag(t)]
         rows.append(row)
-    return [Heading("Accuracy"), Table(headers, rows)]
+    return [Heading("Final metrics"), Table(headers, rows)]
 
 
-def _tests_section(res: dict[str, Any], order: list[str], base: str) -> list[Block]:
-    metrics = [m for m in ACCURACY_METRICS if any(m in res[n]["tests"] for n in order)]
+def _tests_section(res: dict[str, Any], order: list[str], base: str, shown: ReportMetrics) -> list[Block]:
+    metrics = [m for m in shown.names if any(m in res[n]["tests"] for n in order)]
     rows = []
     for n in order:
         if n == base:
@@ -237,7 +347,7 @@ def _tests_section(res: dict[str, Any], order: list[str], base: str) -> list[Blo
     return [Heading(f"Tests against {base}"), Table(["experiment", "test", *[f"p ({m})" for m in metrics]], rows)]
 
 
-def _efficiency_section(res: dict[str, Any], order: list[str], thresholds: list[float]) -> list[Block]:
+def _efficiency_section(res: dict[str, Any], order: list[str], thresholds: list[float], metric: str) -> list[Block]:
     headers = ["experiment", *[f"steps to {t:g}" for t in thresholds], *[f"GPU-s to {t:g}" for t in thresholds]]
     rows = []
     for n in order:
@@ -246,35 +356,52 @@ def _efficiency_section(res: dict[str, Any], order: list[str], thresholds: list[
         gpu = [_reach(eff[str(t)], "gpu_seconds") for t in thresholds]
         rows.append([n, *steps, *gpu])
     return [Heading("Training efficiency"),
-            Para("First evaluation at which exact accuracy reaches each milestone, averaged over the seeds that "
+            Para(f"First evaluation at which {_label(metric)} reaches each milestone, averaged over the seeds that "
                  "reached it (k/n seeds in brackets; '–' when none did)."), Table(headers, rows)]
 
 
-def _cost_section(res: dict[str, Any], order: list[str]) -> list[Block]:
+def _cost_section(res: dict[str, Any], order: list[str], shown: ReportMetrics) -> list[Block]:
+    per_point = shown.primary_is_fraction
     rows = []
     for n in order:
         c = res[n]["cost"]
-        zero = f" ({c['zero_accuracy_seeds']} seeds at 0% excluded)" if c["zero_accuracy_seeds"] else ""
-        rows.append([n, fmt_ci(c["flops"], fmt=".3g"), fmt_ci(c["gpu_seconds"], fmt=".4g"),
-                     fmt_ci(c["flops_per_point"], fmt=".3g") + zero])
-    return [Heading("Computational cost"),
-            Para("Training FLOPs and GPU-seconds at the end of training; cost = FLOPs per percentage point of "
-                 "final exact accuracy."),
-            Table(["experiment", "training FLOPs", "GPU-seconds", "FLOPs per accuracy point"], rows)]
+        row = [n, fmt_ci(c["flops"], fmt=".3g"), fmt_ci(c["gpu_seconds"], fmt=".4g")]
+        if per_point:
+            zero = f" ({c['zero_accuracy_seeds']} seeds at 0% excluded)" if c["zero_accuracy_seeds"] else ""
+            row.append(fmt_ci(c["flops_per_point"], fmt=".3g") + zero)
+        rows.append(row)
+    text = "Training FLOPs and GPU-seconds at the end of training" + (
+        f"; cost = FLOPs per percentage point of final {_label(shown.primary)}." if per_point else ".")
+    headers = ["experiment", "training FLOPs", "GPU-seconds"] + (
+        [f"FLOPs per {_label(shown.primary)} point"] if per_point else [])
+    return [Heading("Computational cost"), Para(text), Table(headers, rows)]
 
 
-def _difficulty_section(res: dict[str, Any], order: list[str], figs: dict[str, str]) -> list[Block]:
+def _difficulty_section(res: dict[str, Any], order: list[str], figs: dict[str, str], shown: ReportMetrics
+                        ) -> list[Block]:
     buckets = _bucket_order(res, order)
-    if not buckets:
+    metric = _difficulty_metric(res, order, shown)
+    if not buckets or not metric:
         return []
+    pct = metric in shown.percent
     have = [n for n in order if res[n]["difficulty"]]
     rows = []
     for b in buckets:
         count = next((res[n]["difficulty"][b]["count"] for n in have if b in res[n]["difficulty"]), math.nan)
-        rows.append([b, fmt_num(count, ".0f")] + [fmt_ci(res[n]["difficulty"].get(b, {}).get("exact_accuracy"),
-                                                          scale=100) for n in have])
-    return [Heading("Accuracy by difficulty"), Table(["bucket", "puzzles", *[f"{n} (%)" for n in have]], rows),
-            Image(figs["difficulty"], "Exact accuracy by difficulty bucket (95% CI error bars)")]
+        rows.append([b, fmt_num(count, ".0f")] + [fmt_metric(res[n]["difficulty"].get(b, {}).get(metric), pct)
+                                                  for n in have])
+    return [Heading(f"{_label(metric).capitalize()} by difficulty"),
+            Table(["bucket", "count", *[metric_header(n, pct) for n in have]], rows),
+            Image(figs["difficulty"], f"{_label(metric).capitalize()} by difficulty bucket (95% CI error bars)")]
+
+
+def metric_header(metric: str, percent: bool) -> str:
+    return f"{metric} (%)" if percent else metric
+
+
+def fmt_metric(s: dict[str, float] | Summary | None, percent: bool) -> str:
+    """A metric's ``mean ± half``: fractions in percent with 2 decimals, anything else with 4 significant digits."""
+    return fmt_ci(s, scale=100) if percent else fmt_ci(s, fmt=".4g")
 
 
 def fmt_ci(s: dict[str, float] | Summary | None, scale: float = 1.0, fmt: str = ".2f") -> str:
@@ -312,7 +439,7 @@ def _flag(test: dict[str, Any] | None) -> str:
 
 def _delta(exp: dict[str, Any], base: dict[str, Any], metric: str) -> float:
     a, b = exp["metrics"].get(metric), base["metrics"].get(metric)
-    return 100 * (a["mean"] - b["mean"]) if a and b else math.nan
+    return a["mean"] - b["mean"] if a and b else math.nan
 
 
 def _reach(entry: dict[str, Any], key: str) -> str:

@@ -1,7 +1,7 @@
 """Read finished run folders of a suite (``<suite_dir>/<experiment>/seed<k>/``) into plain data.
 
-Kept apart from the report so the lead's ``suite run`` (resume: skip finished runs) and other tools can
-ask "which runs are done" the same way the report does: a run is finished when ``summary.json`` exists.
+Kept apart from the report so the scheduler (:mod:`distlab.suite.runner`, which skips finished runs on
+resume) and other tools ask "which runs are done" the same way the report does.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ ALIASES = {"accuracy": "token_accuracy"}
 
 @dataclass
 class RunData:
-    """One finished run: final metrics and its eval curve (each row: step, time_s, metrics...)."""
+    """One finished run: final metrics, its eval curve (each row: step, time_s, metrics...) and its recipe."""
 
     experiment: str
     seed: int
     path: Path
     summary: dict[str, Any]
     evals: list[dict[str, float]] = field(default_factory=list)
+    recipe: str | None = None  # from manifest.json; picks the metrics a report shows
 
     def final(self, metric: str) -> float:
         """Final value from summary.json (top level or its ``eval`` section), else the last eval line; nan when
@@ -105,7 +106,16 @@ def read_run(run_dir: Path, experiment: str, seed: int) -> RunData:
             if row.get("split") == "eval" and "step" in row:
                 evals.append(_normalize(row))
     evals.sort(key=lambda r: r["step"])
-    return RunData(experiment, seed, run_dir, summary, evals)
+    return RunData(experiment, seed, run_dir, summary, evals, _recipe_of(run_dir))
+
+
+def _recipe_of(run_dir: Path) -> str | None:
+    """The recipe ``manifest.json`` names (every ``distlab train`` run writes one); None if unreadable."""
+    try:
+        recipe = json.loads((run_dir / "manifest.json").read_text()).get("recipe")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    return recipe if isinstance(recipe, str) and recipe else None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

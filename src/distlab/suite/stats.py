@@ -117,9 +117,10 @@ def first_reach(steps: Sequence[float], values: Sequence[float], threshold: floa
     return int(order[hit[0]]) if hit.size else None
 
 
-def milestones(curve: Sequence[Mapping[str, float]], thresholds: Iterable[float] = DEFAULT_MILESTONES,
-               metric: str = "exact_accuracy") -> dict[float, dict[str, float] | None]:
-    """Training efficiency: the step and GPU-seconds of the first eval reaching each accuracy milestone."""
+def milestones(curve: Sequence[Mapping[str, float]], thresholds: Iterable[float] = DEFAULT_MILESTONES, *,
+               metric: str) -> dict[float, dict[str, float] | None]:
+    """Training efficiency: the step and GPU-seconds of the first eval where ``metric`` (a fraction that
+    grows with training, the recipe's primary metric) reaches each milestone."""
     rows = [r for r in curve if metric in r and r[metric] is not None]
     out: dict[float, dict[str, float] | None] = {}
     for thr in thresholds:

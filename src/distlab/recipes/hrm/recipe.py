@@ -35,32 +35,29 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
 
 
 def evaluate_checkpoint(cfg: HRMConfig, session, ckpt: Path) -> dict:
+    """Scores the EMA weights when the run kept them (TRM evaluates its average), on any world size."""
     from distlab.recipes.hrm.data.format import load_split
     from distlab.recipes.hrm.evaluation import evaluate
     from distlab.recipes.hrm.optim import SparseSignSGD
-    from distlab.recipes.hrm.train import build, metadata_dict
+    from distlab.recipes.hrm.train import build, metadata_dict, track_state
+    from distlab.wrap import unwrap
 
     data_dir = cfg.data.resolved_path()
     test = load_split(data_dir, "test")
     model, opts, ema = build(cfg, session, metadata_dict(load_split(data_dir, "train")))
-    extra = session.ckpt.restore(model, [o for o in opts if not isinstance(o, SparseSignSGD)], path=ckpt)
-    out_dir = Path(ckpt).parent.parent / "eval" / Path(ckpt).name
-    if session.rt.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    session.rt.barrier("eval dir")
-    if ema is not None and (extra.get("rank_state") or {}).get("ema"):
-        from distlab.wrap import unwrap
-
-        ema.load_state_dict(extra["rank_state"]["ema"])
+    track_state(session, model, [o for o in opts if not isinstance(o, SparseSignSGD)], ema)
+    meta = session.load_checkpoint(ckpt)
+    save_dir = session.run_dir if session.rt.is_main else None  # eval mode: the evaluation's own folder
+    if ema is not None:
         with ema.apply_to(unwrap(model)):
-            metrics = evaluate(cfg, session, model, test, save_dir=out_dir if session.rt.is_main else None)
+            metrics = evaluate(cfg, session, model, test, save_dir=save_dir)
     else:
-        metrics = evaluate(cfg, session, model, test, save_dir=out_dir if session.rt.is_main else None)
-    return {"step": extra["step"], **metrics}
+        metrics = evaluate(cfg, session, model, test, save_dir=save_dir)
+    return {"step": meta["step"], "weights": "ema" if ema is not None else "raw", **metrics}
 
 
 def model_spec(cfg: HRMConfig):
-    from distlab.doctor.memory import ModelSpec
+    from distlab.recipe import ModelSpec
     from distlab.recipes.hrm.models.build import build_model
 
     seq = 81 if cfg.data.build in ("sudoku", "none") else 900
@@ -83,4 +80,5 @@ def register_commands(top, data_subparsers) -> None:
 
 RECIPE = Recipe(name="hrm", config=HRMConfig, train=train, presets_dir=PRESETS,
                 batch_keys=("global_batch_size",), lr_keys=("lr",), validate=validate,
-                evaluate=evaluate_checkpoint, model_spec=model_spec, register_commands=register_commands)
+                evaluate=evaluate_checkpoint, model_spec=model_spec, register_commands=register_commands,
+                report_metrics=("exact_accuracy", "token_accuracy", "pass@1", "pass@2", "pass@10", "pass@100"))

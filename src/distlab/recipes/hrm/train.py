@@ -15,6 +15,7 @@ from pathlib import Path
 
 
 from distlab.atomic import exclusive_lock
+from distlab.checkpoint import Box
 from distlab.errors import DistlabError
 from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.config import HRMConfig
@@ -60,6 +61,13 @@ def build(cfg: HRMConfig, session, meta: dict):
     return model, opts, ema
 
 
+def track_state(session, model, dense: list, ema: EMA | None) -> None:
+    """What training and evaluation both restore: the model, its dense optimizers and the EMA weights."""
+    session.track_model("model", model, dense)
+    if ema is not None:
+        session.track("ema", ema)
+
+
 def train(cfg: HRMConfig, session) -> dict:
     rt = session.rt
     data_dir = cfg.data.resolved_path()
@@ -70,16 +78,15 @@ def train(cfg: HRMConfig, session) -> dict:
     steps = total_steps(cfg, train_split.num_examples)
     sampler = GlobalBatchSampler(train_split.num_examples, cfg.global_batch_size, rt.rank, rt.world_size,
                                  cfg.run.seed)
-    step, carry, elapsed_before = 0, None, 0.0
-    extra = session.restore(model, dense)
-    if extra:
-        step, elapsed_before = extra["step"], extra.get("elapsed_s", 0.0)
-        sampler.load_state_dict(extra["sampler"])
-        if ema is not None and extra.get("rank_state", {}).get("ema"):
-            ema.load_state_dict(extra["rank_state"]["ema"])
-        carry = (extra.get("rank_state") or {}).get("carry")
-        if carry is None:
-            log.warning("ACT carry not restored (new world size): in-flight sequences restart from fresh data")
+    carry_box = Box()
+    track_state(session, model, dense, ema)
+    session.track("sampler", sampler)
+    session.track("carry", carry_box, per_rank=True)
+    session.counters["elapsed_s"] = 0.0
+    step = session.restore()
+    elapsed_before, carry = session.counters["elapsed_s"], carry_box.value
+    if step and carry is None:
+        log.warning("ACT carry not restored (new world size): in-flight sequences restart from fresh data")
     arrays = train_split.example_arrays()
     flops_step = flops_per_example(cfg.arch, meta, training=True) * cfg.global_batch_size
     progress, meter = session.progress(steps, step), session.throughput()
@@ -121,10 +128,8 @@ def train(cfg: HRMConfig, session) -> dict:
             log.info("run.time_limit_s reached at step %d of %d: evaluating now", step, steps)
             steps = step
         stop = stop and step < steps
-        if session.due(step) or stop or step == steps:
-            rank_state = {"carry": carry, "ema": ema.state_dict() if ema else None}
-            session.save(step, model, dense, {"step": step, "sampler": sampler.state_dict(), "elapsed_s": elapsed},
-                         rank_state)
+        carry_box.value, session.counters["elapsed_s"] = carry, elapsed
+        session.checkpoint(step, last=stop or step == steps)
         if stop:
             status = "preempted"
             break

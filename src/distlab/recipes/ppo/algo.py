@@ -1,22 +1,24 @@
 """PPO with feed-forward or recurrent policies, on one process or many (torch.distributed).
 
-Read top to bottom: config -> distributed helpers -> rollout -> loss -> update -> ``train``.
+Read top to bottom: config -> the two PPO collectives -> rollout -> loss -> update -> ``train``.
 Recurrent policies are trained on whole environment sequences: the rollout stores the LSTM state
 the policy had before its first step, each minibatch takes all T steps of a subset of envs, and the
 update replays those sequences from the stored state with the same done-resets as the rollout.
 
-With torch.distributed initialised, every rank steps its own envs (seed + 1000 * rank), rank 0's
-parameters are broadcast at start, and after each backward pass the gradients of all ranks are
-averaged with one all-reduce of a single flat buffer. The policy is called several times per
-minibatch during recurrent replay, which is why this does not wrap it in DDP.
+Rank, seeding, TF32, autocast, the any-rank stop flag and the gather of finished episodes come from
+the core (:class:`distlab.dist.Runtime`, :mod:`distlab.wrap`). With several ranks, every rank steps
+its own envs (seed + 1000 * rank), rank 0's parameters are broadcast at start, and after each
+backward pass the gradients of all ranks are averaged with one all-reduce of a single flat buffer.
+The policy is called several times per minibatch during recurrent replay, which is why this does
+not wrap it in DDP.
 """
 
 from __future__ import annotations
 
-import random
+import functools
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -25,11 +27,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from distlab.dist import Runtime
 from distlab.errors import DistlabError
 from distlab.recipes.ppo.buffer import (Minibatch, Rollout, compute_gae, env_minibatches, flat_minibatch,
                                         sample_minibatches, sequence_minibatch)
 from distlab.recipes.ppo.envs import finished_episodes, make_vec_env
 from distlab.recipes.ppo.policy import ActorCritic, State, build_policy
+from distlab.wrap import autocast, set_fast_math
 
 
 @dataclass
@@ -97,38 +101,33 @@ class PPOConfig:
                 "turbulence_threshold": self.turbulence_threshold, "window": self.window, **self.env_kwargs}
 
 
-# -- distributed helpers ---------------------------------------------------------------------
+# -- the two collectives PPO owns ------------------------------------------------------------
+# Everything else distributed (ranks, seeds, the stop flag, gathering episodes) is the core's Runtime.
 
-def rank_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _comm_device(device: torch.device) -> torch.device:
-    """NCCL only moves CUDA tensors; gloo only CPU ones."""
-    return device if dist.get_backend() == "nccl" else torch.device("cpu")
-
-
-def broadcast_parameters(module: nn.Module) -> None:
-    """Make every rank start from rank 0's weights."""
-    if rank_world()[1] > 1:
+def broadcast_parameters(rt: Runtime, module: nn.Module) -> None:
+    """Make every rank start from rank 0's weights (ranks seed differently, so their inits differ)."""
+    if rt.distributed:
         for p in module.parameters():
             dist.broadcast(p.data, src=0)
 
 
-def allreduce_gradients(module: nn.Module, extras: torch.Tensor) -> torch.Tensor:
-    """Average all gradients and ``extras`` (e.g. approx-KL) over ranks in one flat all-reduce."""
-    world = rank_world()[1]
-    if world == 1:
+def allreduce_gradients(rt: Runtime, module: nn.Module, extras: torch.Tensor) -> torch.Tensor:
+    """Average all gradients and ``extras`` (e.g. approx-KL) over ranks in one flat all-reduce.
+
+    One collective per optimizer step instead of one per parameter tensor: a PPO policy is many
+    small tensors, so per-tensor latency would dominate, and riding the KL along in the same buffer
+    makes the ``target_kl`` early stop a rank-averaged decision at no extra cost. DDP would bucket
+    the same way but cannot be used here (the recurrent replay calls the policy several times per
+    backward pass).
+    """
+    if not rt.distributed:
         return extras
     params = list(module.parameters())
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads] + [extras.to(grads[0].dtype).reshape(-1)])
-    dev = _comm_device(flat.device)
-    buf = flat.to(dev)
+    buf = flat.to(rt.comm_device)
     dist.all_reduce(buf)
-    buf = (buf / world).to(flat.device)
+    buf = (buf / rt.world_size).to(flat.device)
     offset = 0
     for p, g in zip(params, grads):
         n = g.numel()
@@ -137,42 +136,24 @@ def allreduce_gradients(module: nn.Module, extras: torch.Tensor) -> torch.Tensor
     return buf[offset:].to(extras.dtype)
 
 
-def gather_episodes(returns: list[float], lengths: list[int], device: torch.device) -> tuple[list[float], list[int]]:
-    """All ranks' finished episodes (padded all-gather, since ranks finish different numbers)."""
-    if rank_world()[1] == 1:
+def gather_episodes(rt: Runtime, returns: list[float], lengths: list[int]) -> tuple[list[float], list[int]]:
+    """All ranks' finished episodes, in rank order (ranks finish different numbers of them)."""
+    if not rt.distributed:
         return returns, lengths
-    dev = _comm_device(device)
-    world = rank_world()[1]
-    count = torch.tensor([len(returns)], device=dev)
-    counts = [torch.zeros_like(count) for _ in range(world)]
-    dist.all_gather(counts, count)
-    width = max(1, int(max(c.item() for c in counts)))
-    mine = torch.zeros(width, 2, dtype=torch.float64, device=dev)
-    if returns:
-        mine[:len(returns)] = torch.tensor(list(zip(returns, lengths)), dtype=torch.float64, device=dev)
-    parts = [torch.zeros_like(mine) for _ in range(world)]
-    dist.all_gather(parts, mine)
-    rows = torch.cat([p[:int(c.item())] for p, c in zip(parts, counts)]).cpu()
+    mine = torch.tensor(list(zip(returns, lengths)), dtype=torch.float64).reshape(-1, 2)
+    rows = rt.all_gather_ragged(mine)
     return rows[:, 0].tolist(), [int(v) for v in rows[:, 1].tolist()]
-
-
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """True on every rank if it is True on some rank (keeps early stopping collective-safe)."""
-    if rank_world()[1] == 1:
-        return flag
-    t = torch.tensor([float(flag)], device=_comm_device(device))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
 
 
 # -- run state and hooks ---------------------------------------------------------------------
 
 @dataclass
 class PPORun:
-    """What a checkpoint must hold to resume: policy, optimizer, progress and RNG streams.
+    """The training state hooks see: policy, optimizer, minibatch RNG and progress.
 
-    Environments are not checkpointed; a resumed run starts fresh episodes (with new seeds) and a
-    zero recurrent state, which PPO tolerates like any episode boundary.
+    To resume, a hook's ``bind`` restores these in place (the ``ppo`` recipe does it through the
+    core's DCP checkpoints). Environments are not checkpointed; a resumed run starts fresh episodes
+    (with new seeds) and a zero recurrent state, which PPO tolerates like any episode boundary.
     """
 
     cfg: PPOConfig
@@ -182,32 +163,13 @@ class PPORun:
     update: int = 0
     global_step: int = 0
 
-    def state_for_checkpoint(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "update": self.update, "global_step": self.global_step, "config": asdict(self.cfg),
-                "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                        "python": random.getstate(), "minibatch": self.generator.get_state(),
-                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}}
-
-    def load(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.update, self.global_step = int(state["update"]), int(state["global_step"])
-        rng = state["rng"]
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
-        self.generator.set_state(rng["minibatch"])
-        if rng.get("cuda") and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-
 
 class PPOHooks:
     """Callbacks of :func:`train`; subclass and override what you need (all are no-ops here).
 
-    ``bind(run)`` is called once before training: keep ``run`` to call ``run.state_for_checkpoint()``
-    when saving, and call ``run.load(state)`` right there to resume. ``on_update`` returning True
-    stops training (on all ranks if on any).
+    ``bind(run)`` is called once before training: keep ``run`` to checkpoint it, and restore its
+    policy, optimizer, generator, ``update`` and ``global_step`` right there to resume. ``on_update``
+    returning True stops training (on all ranks if on any).
     """
 
     def bind(self, run: PPORun) -> None:
@@ -222,23 +184,20 @@ class PPOHooks:
 
 # -- setup -----------------------------------------------------------------------------------
 
-def setup_device(cfg: PPOConfig) -> torch.device:
+def check_device(cfg: PPOConfig) -> torch.device:
     device = torch.device(cfg.device)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise DistlabError("device 'cuda' asked for but no GPU is visible: use device=cpu")
-        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
-        torch.backends.cudnn.allow_tf32 = cfg.tf32
-        torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DistlabError("device 'cuda' asked for but no GPU is visible: use device=cpu")
     return device
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+def setup_backends(cfg: PPOConfig, rt: Runtime) -> None:
+    """TF32 as the core sets it; cuDNN autotuning and the CPU thread count are PPO's own settings."""
+    set_fast_math(rt, cfg.tf32)
+    if rt.device.type == "cuda":
+        torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
 
 
 def check_config(cfg: PPOConfig, world: int) -> None:
@@ -326,7 +285,7 @@ def minibatches(cfg: PPOConfig, policy: ActorCritic, ro: Rollout, adv: torch.Ten
 
 
 def ppo_update(cfg: PPOConfig, run: PPORun, ro: Rollout, adv: torch.Tensor, ret: torch.Tensor,
-               autocast: Any) -> dict[str, float]:
+               autocast: Any, rt: Runtime) -> dict[str, float]:
     """Several epochs of minibatch steps; stops early once the rank-averaged KL passes target_kl."""
     policy, optimizer = run.policy, run.optimizer
     stats: dict[str, list[float]] = {}
@@ -338,7 +297,7 @@ def ppo_update(cfg: PPOConfig, run: PPORun, ro: Rollout, adv: torch.Tensor, ret:
             loss, parts = ppo_loss(cfg, mb, newlogprob, entropy, newvalue)
             optimizer.zero_grad(set_to_none=False)
             loss.backward()
-            approx_kl = allreduce_gradients(policy, parts["approx_kl"].reshape(1)).item()
+            approx_kl = allreduce_gradients(rt, policy, parts["approx_kl"].reshape(1)).item()
             nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
             optimizer.step()
             parts["approx_kl"] = torch.tensor(approx_kl)
@@ -355,41 +314,40 @@ def ppo_update(cfg: PPOConfig, run: PPORun, ro: Rollout, adv: torch.Tensor, ret:
 
 # -- train -----------------------------------------------------------------------------------
 
-def _autocast(cfg: PPOConfig, device: torch.device):
-    def ctx():
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
-    return ctx
+def train(cfg: PPOConfig, hooks: PPOHooks | None = None, rt: Runtime | None = None) -> dict[str, Any]:
+    """Run PPO; returns a summary (last-100-episode mean return, steps, env-steps/s, ...).
 
-
-def train(cfg: PPOConfig, hooks: PPOHooks | None = None) -> dict[str, Any]:
-    """Run PPO; returns a summary (last-100-episode mean return, steps, env-steps/s, ...)."""
+    ``rt`` is the core runtime (the ``ppo`` recipe passes its session's); without one, PPO runs on
+    whatever process group the caller initialised, or alone.
+    """
     hooks = hooks or PPOHooks()
-    rank, world = rank_world()
-    check_config(cfg, world)
-    device = setup_device(cfg)
-    seed_everything(cfg.seed + rank)
-    env_seed = cfg.seed + 1000 * rank
+    device = check_device(cfg)
+    rt = rt if rt is not None else Runtime.from_process_group(device)
+    check_config(cfg, rt.world_size)
+    setup_backends(cfg, rt)
+    seed = rt.seed_everything(cfg.seed, per_rank=True)  # exploration differs per rank; weights come from rank 0
+    env_seed = cfg.seed + 1000 * rt.rank
     envs = make_vec_env(cfg.env_id, cfg.num_envs, env_seed, cfg.async_envs, cfg.mask_velocity, **cfg.env_options())
     try:
         policy = build_policy(cfg.policy, envs.single_observation_space, envs.single_action_space,
                               **cfg.policy_sizes()).to(device)
-        broadcast_parameters(policy)
+        broadcast_parameters(rt, policy)
         optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5, foreach=True)
-        generator = torch.Generator().manual_seed(cfg.seed + rank)
+        generator = torch.Generator().manual_seed(seed)
         run = PPORun(cfg, policy, optimizer, generator)
         hooks.bind(run)
-        summary = _train_loop(cfg, run, envs, hooks, device, rank, world, env_seed)
+        summary = _train_loop(cfg, run, envs, hooks, rt, device, env_seed)
     finally:
         envs.close()
     hooks.on_end(summary)
     return summary
 
 
-def _train_loop(cfg: PPOConfig, run: PPORun, envs: gym.vector.VectorEnv, hooks: PPOHooks,
-                device: torch.device, rank: int, world: int, env_seed: int) -> dict[str, Any]:
+def _train_loop(cfg: PPOConfig, run: PPORun, envs: gym.vector.VectorEnv, hooks: PPOHooks, rt: Runtime,
+                device: torch.device, env_seed: int) -> dict[str, Any]:
     policy = run.policy
-    autocast = _autocast(cfg, device)
-    steps_per_update = cfg.num_envs * cfg.num_steps * world
+    amp = functools.partial(autocast, rt, "bf16" if cfg.bf16 else "fp32")
+    steps_per_update = cfg.num_envs * cfg.num_steps * rt.world_size
     num_updates = cfg.total_timesteps // steps_per_update
     start_update = run.update
     obs, _ = envs.reset(seed=env_seed + 1_000_003 * start_update)
@@ -409,17 +367,17 @@ def _train_loop(cfg: PPOConfig, run: PPORun, envs: gym.vector.VectorEnv, hooks: 
         if cfg.anneal_lr:
             run.optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - (update - 1.0) / num_updates)
         policy.eval()
-        cur, rets, lens = collect_rollout(envs, policy, cur, ro, autocast)
+        cur, rets, lens = collect_rollout(envs, policy, cur, ro, amp)
         local_eps = len(rets)
-        rets, lens = gather_episodes(rets, lens, device)
+        rets, lens = gather_episodes(rt, rets, lens)
         recent.extend(rets)
         episodes_total += len(rets)
         run.global_step += steps_per_update
-        with torch.no_grad(), autocast():
+        with torch.no_grad(), amp():
             next_value = policy.get_value(cur.obs, cur.state, cur.done)
         adv, ret = compute_gae(ro.rewards, ro.values, ro.dones, next_value, cur.done, cfg.gamma, cfg.gae_lambda)
         policy.train()
-        metrics = ppo_update(cfg, run, ro, adv, ret, autocast)
+        metrics = ppo_update(cfg, run, ro, adv, ret, amp, rt)
         run.update = update
         mean100 = float(np.mean(recent)) if recent else float("nan")
         if solved_at is None and cfg.stop_return is not None and len(recent) == 100 and mean100 >= cfg.stop_return:
@@ -430,9 +388,10 @@ def _train_loop(cfg: PPOConfig, run: PPORun, envs: gym.vector.VectorEnv, hooks: 
                        episodic_length=float(np.mean(lens)) if lens else float("nan"),
                        mean_return_100=mean100, sps=(run.global_step - steps_at_start) / max(elapsed, 1e-9))
         stop = bool(hooks.on_update(update, run.global_step, metrics)) or solved_at is not None
-        if any_rank(stop, device):
+        if rt.any_flags(stop)[0]:
             break
     elapsed = time.perf_counter() - t0
     return {"mean_return_100": float(np.mean(recent)) if recent else float("nan"), "episodes": episodes_total,
             "global_step": run.global_step, "updates": run.update, "solved_at_step": solved_at,
-            "sps": (run.global_step - steps_at_start) / max(elapsed, 1e-9), "seconds": elapsed, "world_size": world}
+            "sps": (run.global_step - steps_at_start) / max(elapsed, 1e-9), "seconds": elapsed,
+            "world_size": rt.world_size}

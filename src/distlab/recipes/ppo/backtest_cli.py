@@ -1,7 +1,12 @@
-"""``distlab backtest RUN_DIR``: load a trained trading policy and trade an out-of-sample period."""
+"""``distlab backtest RUN_DIR``: load a trained trading policy and trade an out-of-sample period.
+
+Imports only :mod:`distlab.recipes.ppo.config` from the recipe side, so ``recipe.py`` can register this
+command without an import cycle; training and plotting modules load when the command runs.
+"""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -10,12 +15,13 @@ from distlab.errors import DistlabError
 
 
 def run_backtest(run_dir: Path, start: str, end: str | None, out: Path | None) -> Path:
-    from distlab.evaluate import find_checkpoint
-    from distlab.recipes.ppo.backtest import backtest
-    from distlab.recipes.ppo.policy import build_policy
-    from distlab.recipes.ppo.recipe import PPORecipeConfig, to_algo_config
-    from distlab.recipes.ppo.trading import make_trading_env
     import torch.distributed.checkpoint as dcp
+
+    from distlab.checkpoint import find_checkpoint
+    from distlab.recipes.ppo.backtest import backtest
+    from distlab.recipes.ppo.config import PPORecipeConfig, to_algo_config
+    from distlab.recipes.ppo.policy import build_policy
+    from distlab.recipes.ppo.trading import make_trading_env
 
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.exists():
@@ -39,3 +45,21 @@ def run_backtest(run_dir: Path, start: str, end: str | None, out: Path | None) -
     for name, m in (("policy", p), ("buy and hold", h)):
         print(f"  {name:12s} " + "  ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)))
     return out / "backtest.json"
+
+
+def cmd_backtest(a: argparse.Namespace, extra: list[str]) -> int:
+    if extra:
+        raise DistlabError(f"unexpected arguments: {' '.join(extra)}")
+    out = run_backtest(Path(a.run_dir), a.start, a.end, Path(a.out) if a.out else None)
+    print(f"wrote {out}")
+    return 0
+
+
+def register_commands(top, data_sub) -> None:  # noqa: ARG001 (PPO builds no datasets)
+    """``distlab backtest``, added to the top-level command list by the ``ppo`` recipe."""
+    b = top.add_parser("backtest", help="trade a trained PPO trading policy over a date range vs buy-and-hold")
+    b.add_argument("run_dir")
+    b.add_argument("--start", default="2016-01-01")
+    b.add_argument("--end", default=None)
+    b.add_argument("--out", default=None)
+    b.set_defaults(func=cmd_backtest)

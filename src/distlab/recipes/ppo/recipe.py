@@ -6,55 +6,24 @@ config and overrides, torchrun/SLURM launch, DCP checkpoints with resume, metric
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import typing
-from dataclasses import field
-from pathlib import Path
 
-from distlab.config import BaseConfig
 from distlab.errors import DistlabError
 from distlab.recipe import Recipe
-from distlab.recipes.ppo.algo import PPOConfig, PPOHooks
+from distlab.recipes.ppo.algo import PPOHooks
 from distlab.recipes.ppo.algo import train as ppo_train
+from distlab.recipes.ppo.backtest_cli import register_commands
+from distlab.recipes.ppo.config import PPORecipeConfig, to_algo_config
+
+__all__ = ["RECIPE", "PPORecipeConfig", "to_algo_config", "train", "validate"]
 
 log = logging.getLogger("distlab")
-
-
-# Settings the core already owns (seed, device, precision) are taken from run.* and dist.*; every other
-# PPO hyperparameter is a top-level key, named as in CleanRL, with the algorithm's own defaults.
-_FROM_CORE = {"env_id", "seed", "device", "bf16", "tf32", "torch_threads", "cudnn_benchmark"}
-
-
-def _recipe_fields() -> list:
-    out = [("env", str, field(default="CartPole-v1")),  # any registered Gymnasium id, or "trading"
-           ("num_episodes", int, field(default=0)),  # stop after this many finished episodes (all ranks); 0 = off
-           ("cudnn_benchmark", bool, field(default=True))]
-    hints = typing.get_type_hints(PPOConfig)
-    for f in dataclasses.fields(PPOConfig):
-        if f.name not in _FROM_CORE:
-            default = {"default_factory": f.default_factory} if f.default_factory is not dataclasses.MISSING else \
-                {"default": f.default}
-            out.append((f.name, hints[f.name], field(**default)))
-    return out
-
-
-PPORecipeConfig = dataclasses.make_dataclass("PPORecipeConfig", _recipe_fields(), bases=(BaseConfig,))
-PPORecipeConfig.__module__ = __name__
-
-
-def to_algo_config(cfg: PPORecipeConfig, device: str) -> PPOConfig:
-    names = {f.name for f in dataclasses.fields(PPOConfig)}
-    values = {k: getattr(cfg, k) for k in names if hasattr(cfg, k)}
-    values.update(env_id=cfg.env, seed=cfg.run.seed, device=device, tf32=cfg.dist.tf32,
-                  bf16=cfg.dist.precision == "bf16", env_kwargs=dict(cfg.env_kwargs))
-    return PPOConfig(**values)
 
 
 def train(cfg: PPORecipeConfig, session) -> dict:
     algo_cfg = to_algo_config(cfg, str(session.rt.device))
     hooks = _CoreHooks(cfg, session, algo_cfg)
-    summary = ppo_train(algo_cfg, hooks)
+    summary = ppo_train(algo_cfg, hooks, rt=session.rt)
     hooks.close(summary)
     return {"status": hooks.status, **summary}
 
@@ -122,26 +91,8 @@ def validate(cfg: PPORecipeConfig, world_size: int) -> None:
                            f"recurrent policies (minibatches are whole env sequences)")
 
 
-def cmd_backtest(a, extra: list[str]) -> int:
-    from distlab.recipes.ppo.backtest_cli import run_backtest
-
-    if extra:
-        raise DistlabError(f"unexpected arguments: {' '.join(extra)}")
-    out = run_backtest(Path(a.run_dir), a.start, a.end, Path(a.out) if a.out else None)
-    print(f"wrote {out}")
-    return 0
-
-
-def register_commands(top, data_sub) -> None:
-    b = top.add_parser("backtest", help="trade a trained PPO trading policy over a date range vs buy-and-hold")
-    b.add_argument("run_dir")
-    b.add_argument("--start", default="2016-01-01")
-    b.add_argument("--end", default=None)
-    b.add_argument("--out", default=None)
-    b.set_defaults(func=cmd_backtest)
-
-
 RECIPE = Recipe(name="ppo", config=PPORecipeConfig, train=train, lr_keys=("lr",), validate=validate,
-                register_commands=register_commands,
+                register_commands=register_commands, report_metrics=("mean_return_100", "solved_at_step"),
+                percent_metrics=(), steps_key="total_timesteps",
                 aliases={"--num_episodes": "num_episodes", "--batch_size": "num_steps", "--num-episodes": "num_episodes",
                          "--batch-size": "num_steps"})

@@ -1,0 +1,189 @@
+"""Several named models per run, each on its own device: ``placement.<model>=device|cuda:N|cpu|offload``.
+
+A rank owns ``dist.devices_per_rank`` GPUs; ``cuda:N`` names the N-th of *its* devices, so one process
+driving two GPUs and N data-parallel ranks each holding every model are one code path. ``device`` is the
+rank's compute device (its first GPU, or the CPU on a CPU run). ``offload`` keeps a frozen model's
+weights in pinned CPU memory and streams each layer's weights to the compute device when it runs, so
+the model costs GPU memory for one layer at a time instead of all of them.
+
+Frozen models are never wrapped, never all-reduced and never checkpointed: they are rebuilt from their
+source. Trainable models get their own wrap (DDP, FSDP2 or none), dtype and compile setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from distlab.config import DistConfig, Wrap
+from distlab.dist import Runtime
+from distlab.errors import DistlabError, near_matches
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class ModelSettings:
+    """How one named model of a recipe is held; recipes nest a ``dict[str, ModelSettings]`` as ``models``."""
+
+    trainable: bool = True
+    wrap: Wrap = Wrap.ddp
+    dtype: str = "fp32"  # fp32 | bf16 | fp16: the parameters' dtype (autocast is dist.precision)
+    compile: bool = False
+
+
+def parse_placement(name: str, spec: str) -> tuple[str, int]:
+    """``(kind, index)`` with kind in device|cuda|cpu|offload; a one-line error for anything else."""
+    s = str(spec).strip().lower()
+    if s in ("device", "cpu", "offload"):
+        return s, 0
+    if s.startswith("cuda:") and s[5:].isdigit():
+        return "cuda", int(s[5:])
+    if s == "cuda":
+        return "cuda", 0
+    raise DistlabError(f"placement.{name}={spec!r} is not one of device, cpu, offload, cuda:N "
+                       f"(N counts the rank's own GPUs, 0..dist.devices_per_rank-1)")
+
+
+def validate_placement(placement: dict[str, str], models: Iterable[str], dist_cfg: DistConfig,
+                       gpus_per_node: int | None, procs_per_node: int, frozen: Iterable[str] = ()) -> None:
+    """Everything checkable before a process starts: names, syntax, device indices, GPU count."""
+    known, frozen = list(models), set(frozen)
+    for name, spec in placement.items():
+        if name not in known:
+            hint = near_matches(name, known)
+            raise DistlabError(f"placement.{name}: this recipe has no model {name!r}; its models are "
+                               f"{', '.join(known)}" + (f" (did you mean {hint[0]}?)" if hint else ""))
+        kind, index = parse_placement(name, spec)
+        k = dist_cfg.devices_per_rank
+        on_cpu_run = dist_cfg.device == "cpu" or gpus_per_node == 0
+        if kind == "cuda" and on_cpu_run:
+            raise DistlabError(f"placement.{name}={spec} but this run has no GPU; use placement.{name}=cpu or device, "
+                               f"or start with --gpus N")
+        if kind == "cuda" and index >= k:
+            raise DistlabError(f"placement.{name}={spec} but each rank has dist.devices_per_rank={k} GPU(s) "
+                               f"(cuda:0..cuda:{k - 1}); raise dist.devices_per_rank or use a lower index")
+        if kind == "offload" and name not in frozen:
+            raise DistlabError(f"placement.{name}=offload streams weights per use and needs a frozen model; "
+                               f"{name} is trained here: use cpu, device or cuda:N")
+    if dist_cfg.devices_per_rank < 1:
+        raise DistlabError(f"dist.devices_per_rank={dist_cfg.devices_per_rank} must be 1 or more")
+    if gpus_per_node is not None and gpus_per_node > 0 and dist_cfg.device != "cpu":
+        need = dist_cfg.devices_per_rank * procs_per_node
+        if need > gpus_per_node:
+            raise DistlabError(f"{procs_per_node} rank(s) x dist.devices_per_rank={dist_cfg.devices_per_rank} need "
+                               f"{need} GPUs but {gpus_per_node} are visible; lower --gpus or dist.devices_per_rank")
+
+
+def device_for(name: str, spec: str, rt: Runtime) -> torch.device:
+    """The device a model *computes* on (for ``offload``: the compute device, weights stay on the CPU)."""
+    kind, index = parse_placement(name, spec)
+    if kind == "cpu":
+        return torch.device("cpu")
+    if kind in ("device", "offload"):
+        return rt.device
+    if rt.device.type != "cuda":
+        raise DistlabError(f"placement.{name}={spec} but this rank runs on the CPU; use cpu or device")
+    devices = rt.devices or [rt.device]
+    if index >= len(devices):
+        raise DistlabError(f"placement.{name}={spec} but this rank has {len(devices)} GPU(s); raise "
+                           f"dist.devices_per_rank")
+    return devices[index]
+
+
+def check_config(cfg, procs_per_node: int, gpus_per_node: int | None) -> None:
+    """Validate a recipe config's ``placement`` against its ``models`` (configs without them pass)."""
+    models = getattr(cfg, "models", None)
+    placement = getattr(cfg, "placement", None)
+    if models is None or placement is None:
+        if cfg.dist.devices_per_rank != 1:
+            raise DistlabError(f"dist.devices_per_rank={cfg.dist.devices_per_rank} needs a recipe with several "
+                               f"placed models; this one has a single model: use dist.devices_per_rank=1")
+        return
+    frozen = [n for n, m in models.items() if not m.trainable]
+    validate_placement(dict(placement), list(models), cfg.dist, gpus_per_node, procs_per_node, frozen)
+
+
+def place(name: str, model: nn.Module, spec: str, settings: ModelSettings, rt: Runtime, dist_cfg: DistConfig,
+          shard_modules: Sequence[nn.Module] | None = None) -> nn.Module:
+    """Move, cast, freeze or wrap one model as its placement and settings say."""
+    from distlab.wrap import wrap_model
+
+    if settings.dtype not in DTYPES:
+        raise DistlabError(f"models.{name}.dtype={settings.dtype!r} is not one of {', '.join(DTYPES)}")
+    model = model.to(DTYPES[settings.dtype])
+    kind, _ = parse_placement(name, spec)
+    device = device_for(name, spec, rt)
+    if not settings.trainable:
+        model.requires_grad_(False)
+        model.eval()
+        if kind == "offload":
+            return offload(model, device)
+        model = model.to(device)
+        return torch.compile(model) if settings.compile else model
+    return wrap_model(model, rt, dist_cfg, list(shard_modules or []), device=device, wrap=Wrap(settings.wrap),
+                      compile=settings.compile)
+
+
+def offload(model: nn.Module, device: torch.device) -> nn.Module:
+    """Keep weights in (pinned) CPU memory and copy each leaf module's weights in just for its forward.
+
+    Buffers (rotary tables, norms' statistics) are small and move to ``device`` for good. On a CPU
+    compute device this is a no-op apart from the hooks, which keeps the code path testable without GPUs.
+    """
+    pin = device.type == "cuda"
+    for mod in model.modules():
+        own = list(mod.parameters(recurse=False))
+        for b_name, buf in list(mod.named_buffers(recurse=False)):
+            mod._buffers[b_name] = buf.to(device)
+        if not own:
+            continue
+        for p in own:
+            p.data = p.data.to("cpu").pin_memory() if pin else p.data.to("cpu")
+        mod.register_forward_pre_hook(_stream_in(device))
+        mod.register_forward_hook(_stream_out)
+    model._distlab_offload_device = device  # type: ignore[attr-defined]
+    return model
+
+
+def _stream_in(device: torch.device):
+    def hook(mod: nn.Module, args):  # noqa: ARG001
+        mod._distlab_host = [p.data for p in mod.parameters(recurse=False)]  # type: ignore[attr-defined]
+        for p in mod.parameters(recurse=False):
+            p.data = p.data.to(device, non_blocking=True)
+    return hook
+
+
+def _stream_out(mod: nn.Module, args, output):  # noqa: ARG001
+    for p, host in zip(mod.parameters(recurse=False), mod._distlab_host):  # type: ignore[attr-defined]
+        p.data = host
+    del mod._distlab_host  # type: ignore[attr-defined]
+
+
+@torch.no_grad()
+def soft_update_(target: nn.Module | Sequence[torch.Tensor], source: nn.Module | Sequence[torch.Tensor],
+                 tau: float) -> None:
+    """``target <- (1 - tau) target + tau source`` for every parameter, whatever device each lives on.
+
+    Source tensors are copied to the target's device in one batch (the GPU -> CPU case of a target
+    critic kept on the CPU), then one foreach lerp updates every target tensor.
+    """
+    if not 0.0 <= tau <= 1.0:
+        raise DistlabError(f"tau={tau} must lie in [0, 1]")
+    tgt = list(target.parameters()) if isinstance(target, nn.Module) else list(target)
+    src = list(source.parameters()) if isinstance(source, nn.Module) else list(source)
+    if len(tgt) != len(src):
+        raise DistlabError(f"soft update between models of {len(src)} and {len(tgt)} parameter tensors")
+    by_device: dict[tuple[torch.device, torch.dtype], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+    for t, s in zip(tgt, src):
+        if t.shape != s.shape:
+            raise DistlabError(f"soft update: shapes differ ({tuple(s.shape)} -> {tuple(t.shape)})")
+        group = by_device.setdefault((t.device, t.dtype), ([], []))
+        group[0].append(t.data)
+        # a device -> host copy must be complete before the CPU reads it, so only host -> device is async
+        group[1].append(s.detach().to(t.device, t.dtype, non_blocking=t.device.type == "cuda"))
+    for ts, ss in by_device.values():
+        torch._foreach_lerp_(ts, ss, tau)

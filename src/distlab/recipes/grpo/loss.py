@@ -1,0 +1,273 @@
+"""The GRPO objective (design note ``llm-recipes.md`` section 4), exact under any data split.
+
+Pure torch: nothing here talks to ``torch.distributed``. Every normaliser is a *global* count for the
+optimiser step (all ranks, all gradient-accumulation micro-batches), supplied by the caller in a
+:class:`GlobalNorm`, so the gradient does not depend on world size or micro-batching.
+
+Caller contract, for one optimiser step
+---------------------------------------
+1. Build the masks of every micro-batch this rank will use in the step (after
+   :func:`apply_truncation_mask` when ``mask_truncated_completions`` is on), add up
+   :func:`local_counts` over them, all-reduce that int64 tensor with SUM over the data-parallel ranks
+   once, and make ``norm = GlobalNorm.from_counts(reduced)``.
+2. For each micro-batch: ``loss, stats = policy_loss(..., norm=norm, world_size=W)`` then
+   ``loss.backward()``, where ``W`` is the number of ranks over which the gradient is later
+   **averaged** (DDP / FSDP data-parallel size). Do not divide by the number of micro-batches and do
+   not multiply by anything else.
+3. Let DDP/FSDP average the gradients (all-reduce SUM / W), or do it by hand the same way. The
+   result is exactly the gradient of the global objective. If you reduce with a plain SUM instead,
+   pass ``world_size=1``.
+
+Why it is exact: the returned loss without the ``W`` factor is this micro-batch's share of the global
+objective (token or sequence sums divided by global counts), so these shares add up over ranks and
+micro-batches to the full-batch objective; gradients add the same way, and the ``W`` factor cancels
+the mean in the all-reduce. ``stats["objective"]`` holds the share without the factor: SUM-reduce it
+to log the objective. All stats are sums, so a SUM all-reduce of them is exact.
+
+``num_iterations`` (mu in DeepSeekMath) is the caller's concern: ``old_logp`` must be the log-probs
+of the policy that generated the rollout, detached, computed once before the first update on that
+rollout. With ``num_iterations == 1`` (and on the first iteration) that is simply ``logp.detach()``
+(pass ``old_logp=None``): the ratio is 1 in value but its gradient is the gradient of ``logp``, so
+the loss reduces to the plain policy gradient with the same normalisation. Each optimiser step of
+a later iteration builds its own :class:`GlobalNorm` from the sequences that step uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+ScaleRewards = Literal["group", "batch", "none"]
+KLKind = Literal["k1", "k2", "k3"]
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
+LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+# Keys of the stats dict returned by policy_loss, in order; every value is a sum over local tokens
+# or sequences, so stacking them and all-reducing with SUM gives exact global values.
+STAT_KEYS: tuple[str, ...] = ("objective", "num_seqs", "num_tokens", "pg_loss_sum", "kl_sum", "ratio_sum",
+                              "clip_low", "clip_high", "entropy_sum")
+
+
+# --------------------------------------------------------------------------------------------- advantages
+def reward_moments(rewards: Tensor) -> Tensor:
+    """``[count, sum, sum of squares]`` (float64) of local rewards, to SUM-all-reduce for a batch std.
+
+    Needed for ``scale_rewards="batch"`` when each rank only holds part of the step's rewards.
+    """
+    r = rewards.detach().reshape(-1).to(torch.float64)
+    return torch.stack([torch.tensor(float(r.numel()), dtype=torch.float64, device=r.device), r.sum(), (r * r).sum()])
+
+
+def std_from_moments(moments: Tensor) -> Tensor:
+    """Bessel-corrected (unbiased) std from summed :func:`reward_moments`, matching :func:`group_advantages`."""
+    n, s, ss = moments.to(torch.float64).unbind()
+    if n < 2:
+        raise ValueError("a batch std needs at least 2 rewards")
+    var = (ss - s * s / n) / (n - 1)
+    return var.clamp_min(0.0).sqrt()  # clamp: cancellation can leave -1e-16 for equal rewards
+
+
+def group_advantages(rewards: Tensor, group_size: int, scale_rewards: ScaleRewards = "group", eps: float = 1e-4,
+                     batch_std: float | Tensor | None = None) -> tuple[Tensor, float]:
+    """Group-relative advantages and the fraction of groups whose rewards all agree.
+
+    ``rewards`` is ``[N * G]`` (the G completions of a prompt are consecutive) or ``[N, G]``; the result
+    has the same shape. ``A_i = r_i - mean_group(r)``, then divided by ``std_group + eps`` ("group",
+    DeepSeekMath), by ``std_batch + eps`` ("batch"; centring stays per group), or not at all ("none",
+    Dr. GRPO). Every std is the **unbiased** (Bessel, ``n - 1``) one, as ``torch.std`` computes by
+    default and TRL uses; the design note writes ``std(r)`` without saying which.
+
+    The batch std must cover the whole step's rewards: pass ``batch_std`` (for example
+    ``std_from_moments`` of all-reduced :func:`reward_moments`) when this call sees only part of them;
+    without it the std of ``rewards`` is used. A zero-variance group gets advantage 0 (every term of
+    its loss is then 0 apart from KL) and is counted in the returned fraction, a diagnostic worth
+    logging: such groups carry no learning signal.
+    """
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 (a group of one has no relative signal), got {group_size}")
+    if scale_rewards not in ("group", "batch", "none"):
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+    shape = rewards.shape
+    r = rewards if rewards.is_floating_point() else rewards.to(torch.get_default_dtype())
+    if r.numel() % group_size:
+        raise ValueError(f"{r.numel()} rewards are not a whole number of groups of {group_size}")
+    if r.dim() == 2 and r.shape[1] != group_size:
+        raise ValueError(f"rewards of shape {tuple(shape)} do not have group_size={group_size} columns")
+    g = r.detach().reshape(-1, group_size)
+    centred = g - g.mean(dim=1, keepdim=True)
+    zero_var = g.amax(dim=1) == g.amin(dim=1)  # exact test; a float std can be 1e-17 instead of 0
+    if scale_rewards == "group":
+        adv = centred / (g.std(dim=1, keepdim=True) + eps)
+    elif scale_rewards == "batch":
+        std = g.reshape(-1).std() if batch_std is None else torch.as_tensor(batch_std, dtype=g.dtype, device=g.device)
+        adv = centred / (std + eps)
+    else:
+        adv = centred
+    adv = torch.where(zero_var[:, None], torch.zeros_like(adv), adv)
+    return adv.reshape(shape), float(zero_var.float().mean())
+
+
+# ------------------------------------------------------------------------------------------------- KL
+def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: KLKind = "k3") -> Tensor:
+    """Per-token estimate of KL(pi_theta || pi_ref) from samples of pi_theta, with ``d = ref_logp - logp``.
+
+    k1 = -d (unbiased, can be negative), k2 = d^2 / 2 (biased, low variance), k3 = exp(d) - d - 1
+    (unbiased and >= 0; DeepSeekMath's choice). k2 and k3 agree to second order in d.
+    """
+    d = ref_logp - logp
+    if kind == "k1":
+        return -d
+    if kind == "k2":
+        return 0.5 * d * d
+    if kind == "k3":
+        return torch.expm1(d) - d  # expm1 keeps precision for small d, where exp(d) - 1 would cancel
+    raise ValueError(f"kl must be 'k1', 'k2' or 'k3', got {kind!r}")
+
+
+# --------------------------------------------------------------------------------------- normalisation
+@dataclass(frozen=True)
+class GlobalNorm:
+    """Counts over the whole optimiser step (all ranks and micro-batches), after truncation masking.
+
+    ``num_seqs`` counts sequences with at least one unmasked token; ``num_tokens`` counts unmasked tokens.
+    A step where everything is masked gives loss 0 (the divisors are clamped to 1), not NaN.
+    """
+
+    num_seqs: int
+    num_tokens: int
+
+    @classmethod
+    def from_counts(cls, counts: Tensor) -> GlobalNorm:
+        """From a summed :func:`local_counts` tensor ``[num_seqs, num_tokens]``."""
+        s, t = (int(v) for v in counts.tolist())
+        return cls(num_seqs=s, num_tokens=t)
+
+
+def local_counts(*masks: Tensor) -> Tensor:
+    """``[num_seqs, num_tokens]`` (int64) of one or more ``[B, T]`` masks: SUM-all-reduce it once per step."""
+    out = torch.zeros(2, dtype=torch.int64, device=masks[0].device if masks else None)
+    for m in masks:
+        per_seq = (m != 0).sum(dim=-1)
+        out += torch.stack([(per_seq > 0).sum(), per_seq.sum()])
+    return out
+
+
+def apply_truncation_mask(mask: Tensor, truncated: Tensor) -> Tensor:
+    """Zero the whole mask row of every truncated completion (``mask_truncated_completions``).
+
+    A completion cut at ``max_completion_length`` never got its reward for finishing, so it is left
+    out of the loss and, because counts come from the masks, out of every normaliser too.
+    """
+    keep = (~truncated.to(torch.bool)).unsqueeze(-1)
+    return mask * keep.to(mask.dtype) if mask.dtype != torch.bool else mask & keep
+
+
+# ---------------------------------------------------------------------------------------------- losses
+def clipped_surrogate(logp: Tensor, old_logp: Tensor, advantages: Tensor, epsilon: float,
+                      epsilon_high: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-token ``-min(rho A, clip(rho, 1 - eps, 1 + eps_high) A)`` with ``rho = exp(logp - old_logp)``.
+
+    Returns ``(loss, rho, clipped_low, clipped_high)``. The clipped flags mark the tokens whose gradient
+    the clip removes: ``rho < 1 - eps`` with ``A < 0`` and ``rho > 1 + eps_high`` with ``A > 0``.
+    ``advantages`` is ``[B]`` (one per sequence, broadcast over tokens) or ``[B, T]``.
+    """
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    adv = advantages.detach().to(logp.dtype)
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(-1)
+    rho = torch.exp(logp - old_logp)
+    surr = rho * adv
+    surr_clipped = torch.clamp(rho, 1.0 - epsilon, 1.0 + eps_high) * adv
+    loss = -torch.minimum(surr, surr_clipped)
+    clipped_low = (rho < 1.0 - epsilon) & (adv < 0)
+    clipped_high = (rho > 1.0 + eps_high) & (adv > 0)
+    return loss, rho, clipped_low, clipped_high
+
+
+def _normalise(masked: Tensor, maskf: Tensor, loss_type: str, norm: GlobalNorm,
+               max_completion_length: int | None) -> Tensor:
+    """This micro-batch's share of the global objective (no world-size factor)."""
+    if loss_type == "grpo":
+        seq_len = maskf.sum(dim=-1).clamp_min(1.0)
+        return (masked.sum(dim=-1) / seq_len).sum() / max(norm.num_seqs, 1)
+    if loss_type in ("bnpo", "dapo"):
+        return masked.sum() / max(norm.num_tokens, 1)
+    if loss_type == "dr_grpo":
+        if max_completion_length is None or max_completion_length < 1:
+            raise ValueError("loss_type='dr_grpo' needs max_completion_length >= 1")
+        if maskf.shape[-1] > max_completion_length:
+            raise ValueError(f"completions of {maskf.shape[-1]} tokens exceed max_completion_length="
+                             f"{max_completion_length}")
+        return masked.sum() / (max(norm.num_seqs, 1) * max_completion_length)
+    raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+
+
+def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, advantages: Tensor, mask: Tensor,
+                *, epsilon: float, epsilon_high: float | None = None, beta: float = 0.0, kl: KLKind = "k3",
+                loss_type: LossType = "grpo", norm: GlobalNorm, max_completion_length: int | None = None,
+                world_size: int = 1, entropy: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """This micro-batch's GRPO loss, scaled so that the caller contract above gives the exact gradient.
+
+    Per token ``l = -min(rho A, clip(rho, 1 - eps, 1 + eps_high) A) + beta * KL`` over ``[B, T]`` tensors
+    (``mask`` nonzero on completion tokens), aggregated with **global** counts from ``norm``:
+
+    * ``grpo``: mean over sequences of per-sequence token means: ``sum_seq(sum_tok l / len) / num_seqs``.
+    * ``bnpo``: ``sum l / num_tokens``.
+    * ``dr_grpo``: ``sum l / (num_seqs * max_completion_length)``, a constant normaliser (Dr. GRPO).
+    * ``dapo``: ``sum l / num_tokens``, identical to ``bnpo`` here. In TRL the two differ only in scope:
+      ``bnpo`` divides by the tokens of the local (per-process) batch, ``dapo`` by the tokens of the
+      global batch, as the DAPO paper's token-level loss over all of a step's groups asks. This module
+      always normalises by the global count, so both names give DAPO's loss; both are kept so existing
+      configs work.
+
+    The returned loss is the share times ``world_size`` (the size of the gradient *mean* all-reduce;
+    use 1 for a SUM reduce or a single process). ``old_logp=None`` means ``logp.detach()``
+    (``num_iterations == 1``). ``ref_logp`` is needed when ``beta != 0``; when given with ``beta == 0``
+    the KL is still measured for ``stats``. ``entropy`` (``[B, T]``, optional) is only summed into
+    ``stats``. Padded positions are excluded with ``torch.where``, but should hold finite values for
+    the gradient to stay finite.
+
+    ``stats`` maps :data:`STAT_KEYS` to detached float64 sums over this micro-batch's unmasked tokens
+    (``objective`` is the unscaled share): SUM-reduce them, then divide by the global counts to log means.
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    if beta != 0 and ref_logp is None:
+        raise ValueError("beta != 0 needs ref_logp (the frozen reference model's log-probs)")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if old_logp is None:
+        old_logp = logp.detach()
+    keep = mask != 0
+    maskf = keep.to(logp.dtype)
+
+    pg, rho, clip_low, clip_high = clipped_surrogate(logp, old_logp, advantages, epsilon, epsilon_high)
+    kl_tok = None
+    if ref_logp is not None:
+        with torch.set_grad_enabled(torch.is_grad_enabled() and beta != 0):  # beta 0: measured, not trained
+            kl_tok = kl_penalty(logp, ref_logp, kl)
+    per_token = pg + beta * kl_tok if (kl_tok is not None and beta != 0) else pg
+    masked = torch.where(keep, per_token, torch.zeros_like(per_token))
+
+    share = _normalise(masked, maskf, loss_type, norm, max_completion_length)
+    loss = share * world_size if world_size != 1 else share
+
+    def tsum(x: Tensor) -> Tensor:
+        return torch.where(keep, x.detach(), torch.zeros((), dtype=x.dtype, device=x.device)).sum().to(torch.float64)
+
+    zero = torch.zeros((), dtype=torch.float64, device=logp.device)
+    stats = {
+        "objective": share.detach().to(torch.float64),
+        "num_seqs": (keep.sum(dim=-1) > 0).sum().to(torch.float64),
+        "num_tokens": keep.sum().to(torch.float64),
+        "pg_loss_sum": tsum(pg),
+        "kl_sum": tsum(kl_tok) if kl_tok is not None else zero,
+        "ratio_sum": tsum(rho),
+        "clip_low": (clip_low & keep).sum().to(torch.float64),
+        "clip_high": (clip_high & keep).sum().to(torch.float64),
+        "entropy_sum": tsum(entropy) if entropy is not None else zero.clone(),
+    }
+    return loss, stats

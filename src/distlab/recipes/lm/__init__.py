@@ -1,0 +1,1 @@
+"""Language-model recipes (GRPO, SCoRe): model loading, generation, token log-probabilities."""

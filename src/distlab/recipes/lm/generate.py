@@ -1,0 +1,230 @@
+"""Batched sampling of completions for rollouts, with two interchangeable backends.
+
+* ``hf`` -- ``transformers``' ``model.generate``: the reference behaviour, dynamic KV cache.
+* ``hf-static`` -- the same with ``cache_implementation="static"``, which transformers compiles
+  automatically on CUDA.
+* ``static`` -- our own loop: one prefill over the left-padded prompts, then one token per step from
+  a KV cache with explicit position ids. On CUDA with ``compile=True`` the decode step runs on a
+  preallocated ``StaticCache`` under ``torch.compile(mode="reduce-overhead")``, i.e. replayed as a CUDA
+  graph: a small model's decode step is otherwise bound by kernel launches, not by the GPU. On CPU a
+  growing ``DynamicCache`` is used, and rows that have finished are dropped from the batch.
+
+Greedy decoding (``temperature=0``) gives the same tokens with either backend; sampling is
+reproducible for a given ``seed`` within a backend. All completions of one call are padded into one
+batch, so call it with every prompt x G sample of a rollout at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from distlab.errors import DistlabError
+from distlab.recipes.lm.logprobs import position_ids_from_mask
+from distlab.recipes.lm.model_parts import unwrap_model
+from distlab.recipes.lm.sampling import sample_next
+from distlab.recipes.lm.stops import Completion, decode, finish, first_stop, stop_window_tokens
+
+BACKENDS = ("hf", "hf-static", "static")
+
+
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """Every id that ends a turn: the tokenizer's EOS and the model's generation-config EOS (one or a list)."""
+    ids: set[int] = set()
+    for value in (tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], device, add_special_tokens: bool = False):
+    """Left-padded ``(input_ids, attention_mask)`` and each prompt's unpadded ids.
+
+    Prompts are expected to be complete texts (:func:`~.chat.render_prompt` output already holds the
+    template's special tokens), so none are added unless asked.
+    """
+    enc = tokenizer(list(prompts), add_special_tokens=add_special_tokens, padding=True,
+                    padding_side="left", return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    unpadded = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+    return ids.to(device), mask.to(device), unpadded
+
+
+def generate(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int = 256,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    stop_strings: Sequence[str] = (),
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    *,
+    n: int = 1,
+    backend: str = "static",
+    compile: bool | None = None,
+    stop_check_every: int = 4,
+    add_special_tokens: bool = False,
+) -> list[Completion]:
+    """Sample ``n`` completions of each prompt; results are ordered prompt-major (``prompt_index``).
+
+    ``temperature == 0`` is greedy. ``seed`` (or a ``generator``, ``static`` backend only) makes the
+    sampling reproducible without touching the global RNG. ``stop_strings`` end a completion when
+    its decoded text contains one (checked every ``stop_check_every`` tokens, cut exactly afterwards).
+    ``compile`` (default: on for CUDA) applies to the ``static`` backend only.
+    """
+    if backend not in BACKENDS:
+        raise DistlabError(f"unknown generation backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if max_new_tokens < 1:
+        raise DistlabError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    prompt_list = [p for p in prompts for _ in range(n)]
+    if not prompt_list:
+        return []
+    device = next(unwrap_model(model).parameters()).device
+    input_ids, attention_mask, prompt_ids = encode_prompts(tokenizer, prompt_list, device, add_special_tokens)
+    eos = eos_token_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+    stops = [s for s in stop_strings if s]
+    was_training = model.training
+    model.eval()  # no dropout (LoRA dropout included) while sampling
+    try:
+        with torch.no_grad():
+            if backend == "static":
+                if generator is None and seed is not None and temperature > 0:
+                    generator = torch.Generator(device=device).manual_seed(seed)
+                use_compile = (device.type == "cuda") if compile is None else compile
+                rows = _static_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature,
+                                        top_p, stops, generator, eos, pad, use_compile, stop_check_every)
+            else:
+                rows = _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature,
+                                    top_p, stops, seed, eos, pad, backend == "hf-static", stop_check_every)
+    finally:
+        model.train(was_training)
+    return [finish(tokenizer, i // n, prompt_ids[i], rows[i], eos, stops) for i in range(len(prompt_list))]
+
+
+def _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature, top_p, stops, seed,
+                 eos, pad, static_cache, check_every) -> list[list[int]]:
+    from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+    prompt_len = input_ids.shape[1]
+    window = stop_window_tokens(stops, check_every)
+
+    class StopOnText(StoppingCriteria):
+        """Marks rows whose recent text holds a stop string (per row, every ``check_every`` steps)."""
+
+        def __call__(self, ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+            done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+            steps = ids.shape[1] - prompt_len
+            if steps % check_every == 0:
+                tails = ids[:, max(prompt_len, ids.shape[1] - window):].tolist()
+                hits = [first_stop(decode(tokenizer, t), stops) >= 0 for t in tails]
+                done |= torch.tensor(hits, device=ids.device)
+            return done
+
+    sampling = temperature > 0
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=sampling,
+        temperature=temperature if sampling else None,
+        top_p=top_p if sampling else None,
+        top_k=0 if sampling else None,  # HF would otherwise default to top-k 50 when sampling
+        num_beams=1,
+        eos_token_id=sorted(eos),
+        pad_token_id=pad,
+        use_cache=True,
+        cache_implementation="static" if static_cache else None,
+    )
+    criteria = StoppingCriteriaList([StopOnText()]) if stops else None
+    cuda = [input_ids.device] if input_ids.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):  # HF samples from the global RNG; keep the caller's stream
+        if seed is not None:
+            torch.manual_seed(seed)
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config,
+                             stopping_criteria=criteria)
+    return out[:, prompt_len:].tolist()
+
+
+def _static_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature, top_p, stops,
+                     generator, eos, pad, use_compile, check_every) -> list[list[int]]:
+    from transformers import DynamicCache, StaticCache
+
+    base = unwrap_model(model)
+    device = input_ids.device
+    batch, prompt_len = input_ids.shape
+    total = prompt_len + max_new_tokens
+    static = use_compile  # a static cache only pays off when the decode step is a replayed graph
+    cache = StaticCache(config=base.config, max_cache_len=total) if static else DynamicCache(config=base.config)
+    mask = torch.ones(batch, total, dtype=attention_mask.dtype, device=device)
+    mask[:, :prompt_len] = attention_mask
+    positions = position_ids_from_mask(attention_mask)
+
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+    next_pos = positions[:, -1:] + 1
+
+    step_fn = _compiled_decode_step(model) if use_compile else None
+    eos_t = torch.tensor(sorted(eos), device=device)
+    tokens = torch.full((batch, max_new_tokens), pad, dtype=torch.long, device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)  # tokens kept per row
+    alive = torch.arange(batch, device=device)  # original row index of each row still in the batch
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    window = stop_window_tokens(stops, check_every)
+    on_cpu = device.type == "cpu"
+
+    for step in range(max_new_tokens):
+        tok = sample_next(logits, temperature, top_p, generator)
+        tok = torch.where(finished, torch.full_like(tok, pad), tok)  # finished rows only carry padding
+        tokens[alive, step] = tok
+        lengths[alive] += (~finished).long()
+        finished |= torch.isin(tok, eos_t)
+        if stops and (step + 1) % check_every == 0:
+            finished |= _rows_with_stop(tokenizer, tokens[alive], lengths[alive], finished, stops, window)
+        if step == max_new_tokens - 1:
+            break
+        # Every check costs a device sync; on CUDA only look every few steps.
+        if (on_cpu or (step + 1) % check_every == 0) and bool(finished.all()):
+            break
+        if on_cpu and not static:
+            keep = (~finished).nonzero().squeeze(-1)
+            if keep.numel() <= finished.numel() // 2:  # drop finished rows once they are half the batch
+                cache.batch_select_indices(keep)
+                alive, finished, mask = alive[keep], finished[keep], mask[keep]
+                tok, next_pos = tok[keep], next_pos[keep]
+        if step_fn is not None:
+            torch.compiler.cudagraph_mark_step_begin()
+            logits = step_fn(tok[:, None], next_pos, mask, cache).float()
+        else:
+            cur = prompt_len + step + 1  # tokens in the cache once this step's token is in
+            logits = model(input_ids=tok[:, None], attention_mask=mask[:, :cur], position_ids=next_pos,
+                           past_key_values=cache, use_cache=True).logits[:, -1].float()
+        next_pos = next_pos + 1
+    return [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist())]
+
+
+def _rows_with_stop(tokenizer, tokens: torch.Tensor, lengths: torch.Tensor, finished: torch.Tensor,
+                    stops: Sequence[str], window: int) -> torch.Tensor:
+    """Bool per row: its last ``window`` kept tokens decode to text holding a stop string."""
+    hits = []
+    for row, n, done in zip(tokens.tolist(), lengths.tolist(), finished.tolist()):
+        hits.append(not done and first_stop(decode(tokenizer, row[max(0, n - window):n]), stops) >= 0)
+    return torch.tensor(hits, device=finished.device)
+
+
+_COMPILED: dict[int, object] = {}
+
+
+def _compiled_decode_step(model):
+    """One decode step compiled as a CUDA graph (static shapes: the full-length mask, a StaticCache)."""
+    key = id(model)
+    if key not in _COMPILED:
+        def step(tok, pos, mask, cache):
+            return model(input_ids=tok, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                         use_cache=True).logits[:, -1]
+
+        _COMPILED[key] = torch.compile(step, mode="reduce-overhead", fullgraph=False, dynamic=False)
+    return _COMPILED[key]

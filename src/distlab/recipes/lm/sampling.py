@@ -1,0 +1,35 @@
+"""Choosing the next token from logits: greedy, temperature and nucleus (top-p) sampling.
+
+Kept apart from the decode loop so the rule is testable on its own and identical wherever it is used.
+Randomness comes only from the ``torch.Generator`` passed in, so a seed reproduces a rollout exactly
+without touching the global RNG that training code relies on.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Logits with everything outside the smallest set of tokens of total probability >= ``top_p`` set to -inf.
+
+    Same rule as HF's ``TopPLogitsWarper``: sort ascending, drop the prefix whose cumulative probability
+    is <= 1 - top_p, always keep the most likely token.
+    """
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=False)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    drop = cumulative <= (1.0 - top_p)
+    drop[..., -1] = False
+    return logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """Token ids [B] from fp32 logits [B, V]; ``temperature == 0`` means greedy (argmax)."""
+    if temperature <= 0.0:
+        return logits.argmax(dim=-1)
+    scaled = top_p_filter(logits.float() / temperature, top_p)
+    probs = scaled.softmax(dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)

@@ -1,0 +1,165 @@
+"""Which isolation this machine allows, and the command line that applies it to one program.
+
+Levels, strongest first:
+
+- ``namespaces`` (root): a PID and a network namespace with a private /proc (``unshare``), then ``setpriv`` to a
+  uid of its own per worker slot, no supplementary groups, no capabilities, no-new-privs.
+- ``userns`` (non-root, where unprivileged user namespaces work): the same namespaces inside a user namespace; the
+  program keeps the caller's uid outside, so it can touch the caller's files.
+- ``rlimits``: resource limits and a session of its own only; a program that calls ``setsid`` escapes the kill at
+  the deadline, and it has the network. As root it still runs as a slot uid, whose leftovers are swept.
+
+Every level starts with ``prlimit`` (address space, CPU seconds, processes, file size, open files, no core files)
+and ``setpriv --pdeathsig KILL`` so the tree dies with the worker thread that launched it if this process dies.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from distlab.errors import DistlabError, near_matches
+
+log = logging.getLogger("distlab")
+
+LEVELS = ("namespaces", "userns", "rlimits")
+TOOLS = ("prlimit", "unshare", "setpriv")
+PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")  # tried when this interpreter is out of the uid's reach
+
+# Slot uids: 1000 per process, placed by pid above 2**31, clear of login accounts and of sssd's AD id ranges, so
+# that sandboxes in several processes on one node (one per rank) never share a uid and with it a process limit.
+UID_BASE = 2_200_000_000
+_uid_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class Isolation:
+    level: str
+    python: str  # an interpreter the sandbox's uid can execute
+    drop_uid: bool  # root: each worker slot runs as its own unprivileged uid
+
+    @property
+    def namespaced(self) -> bool:
+        """Everything the program starts lives in a PID namespace that dies with its first process."""
+        return self.level != "rlimits"
+
+
+def new_uids(n: int) -> list[int]:
+    """``n`` uids no other sandbox of this process (nor of any other live process) is using."""
+    block = UID_BASE + (os.getpid() % 2_000_000) * 1000
+    return [block + next(_uid_counter) % 999 for _ in range(n)]
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name) or next((p for p in (f"/usr/bin/{name}", f"/bin/{name}") if os.access(p, os.X_OK)),
+                                      None)
+    if path is None:
+        raise DistlabError(f"the sandbox needs util-linux's {name}, which is not on PATH "
+                           f"(apt-get install util-linux, or the equivalent)")
+    return path
+
+
+def _below_hard(name: str, value: int) -> int:
+    """Raising a hard limit needs CAP_SYS_RESOURCE, which containers often drop even for root: stay under it."""
+    hard = resource.getrlimit(getattr(resource, f"RLIMIT_{name.upper()}"))[1]
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
+
+
+def command(iso: Isolation, runner: str, *, timeout_s: float, memory_mb: int, nproc: int, max_file_mb: int,
+            max_open_files: int, uid: int | None, site_packages: bool = False) -> list[str]:
+    """The argv that runs ``runner`` under ``iso``; every wrapper execs the next, so one process per level."""
+    cpu = math.ceil(timeout_s) + 1  # above the wall-clock deadline: it only matters if the parent is gone
+    lim = {"as": memory_mb << 20, "cpu": cpu + 1, "nproc": nproc, "fsize": max_file_mb << 20,
+           "nofile": max_open_files}
+    lim = {k: _below_hard(k, v) for k, v in lim.items()}
+    argv = [_tool("prlimit"), *(f"--{k}={v}" for k, v in lim.items() if k != "cpu"),
+            f"--cpu={min(cpu, lim['cpu'])}:{lim['cpu']}", "--core=0", "--",
+            _tool("setpriv"), "--pdeathsig=KILL", "--"]
+    if iso.level == "namespaces":
+        argv += [_tool("unshare"), "--pid", "--fork", "--kill-child", "--net", "--mount-proc", "--"]
+    elif iso.level == "userns":
+        argv += [_tool("unshare"), "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--net",
+                 "--mount-proc", "--"]
+    if iso.drop_uid:
+        argv += [_tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
+                 "--bounding-set=-all", "--"]
+    return argv + [iso.python, "-I" if site_packages else "-IS", runner]
+
+
+def _probe(iso: Isolation, uid: int) -> str | None:
+    """None if a trivial program runs at this level, else why not (first line of its error)."""
+    argv = command(iso, "-", timeout_s=5, memory_mb=1 << 20, nproc=1 << 20, max_file_mb=1 << 20,
+                   max_open_files=1024, uid=uid)
+    try:
+        p = subprocess.run(argv, input=b"import os\n", capture_output=True, cwd="/", timeout=30,
+                           env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if p.returncode == 0:
+        return None
+    lines = (p.stderr or p.stdout).decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else f"exit status {p.returncode}"
+
+
+def _candidates(python: str) -> list[str]:
+    if python:
+        return [python]
+    found = [sys.executable, *PYTHONS, shutil.which("python3") or ""]
+    return [p for i, p in enumerate(found) if p and p not in found[:i]]
+
+
+def _try_level(level: str, python: str) -> tuple[Isolation | None, str]:
+    root = os.geteuid() == 0
+    if level == "namespaces" and not root:
+        return None, "needs root (use userns)"
+    if level == "userns" and root:
+        return None, "is for non-root users (root gets namespaces, which also drops to a slot uid)"
+    if level != "rlimits":
+        _tool("unshare")
+    why, uid = "", new_uids(1)[0]
+    for exe in _candidates(python):
+        iso = Isolation(level, exe, root)
+        why = _probe(iso, uid)
+        if why is None:
+            return iso, ""
+        why = f"{exe}: {why}"
+    return None, why
+
+
+@functools.lru_cache(maxsize=None)
+def detect(requested: str = "auto", python: str = "") -> Isolation:
+    """The level to use, probed once per process by running a trivial program; logged, never silently weaker."""
+    if requested not in ("auto", *LEVELS):
+        hint = near_matches(requested, ("auto", *LEVELS))
+        raise DistlabError(f"sandbox.isolation={requested} is not one of auto, {', '.join(LEVELS)}"
+                           + (f" (did you mean {hint[0]}?)" if hint else ""))
+    _tool("prlimit"), _tool("setpriv")
+    order = [requested] if requested != "auto" else \
+        ["namespaces", "rlimits"] if os.geteuid() == 0 else ["userns", "rlimits"]
+    reasons = []
+    for level in order:
+        try:
+            iso, why = _try_level(level, python)
+        except DistlabError as exc:
+            iso, why = None, str(exc)
+        if iso is not None:
+            break
+        reasons.append(f"{level} {why}")
+    else:
+        raise DistlabError(f"sandbox.isolation={requested} is not available here: {'; '.join(reasons)}")
+    who = "one uid per worker slot" if iso.drop_uid else f"uid {os.getuid()}"
+    if iso.level == "rlimits":
+        log.warning("SANDBOX ISOLATION IS WEAK: rlimits only (%s; %s). Programs can reach the network and setsid "
+                    "daemons can outlive their deadline; run as root, or enable unprivileged user namespaces.",
+                    who, "; ".join(reasons) or "requested")
+    else:
+        log.info("sandbox isolation: %s (%s, %s)", iso.level, who, iso.python)
+    return iso

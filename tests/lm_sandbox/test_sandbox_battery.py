@@ -1,0 +1,105 @@
+"""1,000 runs of honest programs and attacks, shuffled, on parallel slots: no false pass, no escape, nothing left."""
+
+import random
+import socket
+import time
+from collections import Counter
+
+from sandbox_helpers import leftovers, my_zombies
+
+from distlab.recipes.lm.sandbox import Sandbox
+
+RUNS = 1000
+ADD = "def add(a, b):\n    return a + b\n"
+WRONG = "def add(a, b):\n    return a - b\n"
+TESTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
+
+
+def _kinds(port: int, marker_dir: str, precious: str) -> dict[str, tuple[int, bool, str, str]]:
+    """name -> (how many, may it pass, program, tests). A pass of a 'may not' kind is a false pass."""
+    liar = "class L:\n    def __eq__(s, o): return True\n    def __bool__(s): return True\n"
+    return {
+        "honest": (310, True, ADD, TESTS),
+        "wrong": (90, False, WRONG, TESTS),
+        "syntax": (40, False, "def add(a, b)\n    return a + b\n", TESTS),
+        "sys_exit": (40, False, WRONG + "import sys\nsys.exit(0)\n", TESTS),
+        "os_exit": (40, False, WRONG + "import os\nos._exit(0)\n", TESTS),
+        "exit_in_tests": (20, False, "import os\ndef add(a, b):\n    os._exit(0)\n", TESTS),
+        "always_equal": (40, False, liar + "def add(a, b):\n    return L()\n", TESTS),
+        "truthy": (20, False, liar + "def add(a, b):\n    return L()\n", "assert add(1, 1)\n"),
+        "int_subclass": (20, False, "class I(int):\n    def __eq__(s, o): return True\n"
+                                    "def add(a, b):\n    return I(0)\n", TESTS),
+        "patch_builtins": (30, False, WRONG + "import builtins\nbuiltins.exec = lambda *a, **k: None\n"
+                                              "builtins.all = lambda *a: True\n", TESTS),
+        "patch_operator": (20, False, WRONG + "import operator\noperator.eq = lambda a, b: True\n", TESTS),
+        "patch_runner": (20, False, WRONG + "import __main__\n__main__.CMP = 'x'\n"
+                                            "def __sbx_cmp__(*a):\n    return True\n", TESTS),
+        "tracer": (20, False, WRONG + "import sys\ndef t(f, e, a):\n    def j(f, e, a):\n"
+                                      "        if e == 'line' and f.f_lineno < 3:\n            f.f_lineno = 3\n"
+                                      "        return j\n    return j if f.f_code.co_filename == 'tests.py' else None\n"
+                                      "sys.settrace(t)\n", TESTS + "pass\n"),
+        "memory": (50, False, "x = bytearray(8 << 30)\n" + ADD, TESTS),
+        "flood": (30, False, ADD + "import sys\nsys.stdout.write('x' * (2 << 20))\n", TESTS),
+        "network": (40, False, "import socket\nok = False\ntry:\n"
+                               f"    socket.create_connection(('127.0.0.1', {port}), timeout=0.2)\n    ok = True\n"
+                               "except OSError:\n    pass\n", "assert ok\n"),
+        "delete_file": (40, False, f"import os\nok = False\ntry:\n    os.remove({precious!r})\n    ok = True\n"
+                                   "except OSError:\n    pass\n", "assert ok\n"),
+        "daemon": (40, True, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+                             "        time.sleep(0.3)\n        import uuid\n"
+                             f"        open({marker_dir!r} + '/' + uuid.uuid4().hex, 'w').write('x')\n"
+                             "    os._exit(0)\n", "assert True\n"),
+        "sleepers": (30, True, "import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n"
+                               "        time.sleep(30)\n        os._exit(0)\n", "assert True\n"),
+        "kill_parent": (30, True, "import os\nos.kill(os.getppid(), 9)\nos.kill(-1, 9)\n", "assert True\n"),
+        "loop": (12, False, "while True:\n    pass\n", TESTS),
+        "sleep": (12, False, "import time\ntime.sleep(100)\n", TESTS),
+        "fork_bomb": (6, False, "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+                                "        pass\n", TESTS),
+    }
+
+
+def test_thousand_runs_no_false_pass_no_escape_nothing_left(shared_dir):
+    markers = shared_dir / "markers"
+    markers.mkdir()
+    markers.chmod(0o777)  # writable by the slot uids: only the kill stops a daemon from writing here
+    precious = shared_dir / "precious.txt"
+    precious.write_text("keep")
+    precious.chmod(0o644)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    server.setblocking(False)
+    kinds = _kinds(server.getsockname()[1], str(markers), str(precious))
+    assert sum(k[0] for k in kinds.values()) == RUNS
+    jobs = [name for name, (n, *_) in kinds.items() for _ in range(n)]
+    random.Random(0).shuffle(jobs)
+    try:
+        with Sandbox(timeout_s=0.75, workers=4, max_procs=16, max_file_mb=1, memory_mb=256) as box:
+            start = time.monotonic()
+            results = box.run_many([kinds[name][2:] for name in jobs])
+            elapsed = time.monotonic() - start
+            time.sleep(0.5)  # daemons that escaped would write their marker by now
+            left = leftovers(box)
+            stats = dict(box.stats)
+        try:
+            server.accept()
+            connected = True
+        except BlockingIOError:
+            connected = False
+    finally:
+        server.close()
+    by_kind: dict[str, Counter] = {}
+    for name, r in zip(jobs, results):
+        by_kind.setdefault(name, Counter())[r.status] += 1
+    false_passes = [(name, r) for name, r in zip(jobs, results) if r.passed and not kinds[name][1]]
+    summary = {name: dict(c) for name, c in by_kind.items()}
+    assert false_passes == [], false_passes[:3]
+    assert left == [] and my_zombies() == []
+    assert list(markers.iterdir()) == [] and not connected and precious.read_text() == "keep"
+    honest = by_kind["honest"]
+    assert honest["passed"] >= 0.98 * kinds["honest"][0] and set(honest) <= {"passed", "timeout"}, summary
+    assert by_kind["loop"] == {"timeout": 12} and by_kind["sleep"] == {"timeout": 12}, summary
+    assert by_kind["memory"] == {"memory": 50}, summary
+    assert stats["runs"] == RUNS and stats["suspected_hacks"] >= 40 + 40 + 20 + 40 + 20, stats
+    print(f"\n{RUNS} runs in {elapsed:.1f}s ({RUNS / elapsed:.1f}/s): {summary}")
