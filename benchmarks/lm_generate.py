@@ -133,13 +133,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model {args.source}: {n_params / 1e6:.1f}M params, {args.dtype}, loaded in {load_s:.1f}s")
     prompts = [render_prompt(tok, TASKS[i % len(TASKS)]) for i in range(args.prompts)]
-    rows = [run_backend(model, tok, prompts, b.strip(), args, device) for b in args.backends.split(",") if b.strip()]
+    rows = []
+    for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+        try:
+            rows.append(run_backend(model, tok, prompts, backend, args, device))
+        except Exception as e:  # one backend failing (e.g. a compile error) must not hide the others
+            print(f"{backend}: FAILED {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            rows.append({"backend": backend, "error": f"{type(e).__name__}: {e}"[:2000]})
 
     cols = ["backend", "compile", "sequences", "generated_tokens", "longest", "seconds", "tokens_per_s",
             "decode_steps_per_s", "warmup_s", "peak_mem_mb"]
     print(" | ".join(cols))
     for r in rows:
-        print(" | ".join(str(r[c]) for c in cols))
+        print(" | ".join(str(r.get(c, "-")) for c in cols))
     if device.type == "cpu":
         print("(peak_mem_mb on CPU is the process's peak RSS so far, not per backend)")
     if args.json:

@@ -123,5 +123,5 @@ def test_export_and_eval(tmp_path):
     p = run_cli(["export", str(run_dir)], tmp_path)
     assert (run_dir / "model.pt").exists() and "wrote" in p.stdout
     run_cli(["eval", str(run_dir), "--procs", "2"], tmp_path)
-    ev = json.loads((run_dir / "eval.json").read_text())
+    ev = json.loads((run_dir / "eval" / "step00000012" / "eval.json").read_text())
     assert ev["examples"] == 64 and ev["token_accuracy"] == pytest.approx(summary(run_dir)["eval"]["token_accuracy"])

@@ -29,8 +29,8 @@ def test_greedy_hf_equals_static_tiny(tiny):
 def test_greedy_hf_equals_static_smollm2(smollm2):
     model, tok = smollm2
     prompts = [render_prompt(tok, q) for q in
-               ("What is 2+2?", "Write a Python function that reverses a string.", "Name three colors.")]
-    prompts.append("def fibonacci(n):")
+               ("What is 2+2?", "Write a Python function that reverses a string.")]
+    prompts.append("def fibonacci(n):")  # plain text, no template, a different length
     hf = generate(model, tok, prompts, max_new_tokens=16, temperature=0, backend="hf")
     st = generate(model, tok, prompts, max_new_tokens=16, temperature=0, backend="static")
     assert [c.token_ids for c in hf] == [c.token_ids for c in st]
@@ -85,3 +85,41 @@ def test_truncation_flag(tiny):
             assert c.finish_reason == FINISH_EOS and c.token_ids[-1] in eos and len(c.token_ids) <= 24
     short = generate(model, tok, TINY_PROMPTS, max_new_tokens=2, temperature=0)
     assert sum(c.truncated for c in short) >= 4 and all(len(c.token_ids) <= 2 for c in short)
+
+
+def test_greedy_equal_when_rows_finish_early(monkeypatch):
+    """Most rows end early, so the static loop drops finished rows from its cache; tokens still match."""
+    from collections import Counter
+
+    from transformers import DynamicCache
+
+    from distlab.recipes.lm.model_source import load_causal_lm
+
+    model, tok = load_causal_lm("tiny:llama-2l", seed=1)
+    prompts = TINY_PROMPTS + ["hello", "zz top", "print(1)"]
+    free = generate(model, tok, prompts, max_new_tokens=20, temperature=0)
+    # Make a token most rows produce at some point an extra end-of-turn token.
+    counts = Counter(t for c in free for t in set(c.token_ids))
+    extra = counts.most_common(1)[0][0]
+    model.generation_config.eos_token_id = [tok.eos_token_id, extra]
+    selected = []
+    original = DynamicCache.batch_select_indices
+    monkeypatch.setattr(DynamicCache, "batch_select_indices",
+                        lambda self, idx: (selected.append(idx.numel()), original(self, idx))[1])
+    st = generate(model, tok, prompts, max_new_tokens=20, temperature=0, backend="static")
+    hf = generate(model, tok, prompts, max_new_tokens=20, temperature=0, backend="hf")
+    assert selected, "no finished rows were dropped"
+    assert [c.token_ids for c in hf] == [c.token_ids for c in st]
+    assert sum(c.finish_reason == FINISH_EOS for c in st) >= len(prompts) // 2
+
+
+def test_generate_from_ids_matches_text_prompts(tiny):
+    from distlab.recipes.lm.generate import generate_from_ids
+
+    model, tok = tiny
+    by_text = generate(model, tok, TINY_PROMPTS[:3], max_new_tokens=10, temperature=0, n=2)
+    ids = [tok(p, add_special_tokens=False)["input_ids"] for p in TINY_PROMPTS[:3]]
+    by_ids = generate_from_ids(model, tok, ids, max_new_tokens=10, temperature=0, n=2)
+    assert [c.token_ids for c in by_ids] == [c.token_ids for c in by_text]
+    assert [c.prompt_ids for c in by_ids] == [c.prompt_ids for c in by_text]
+    assert [c.prompt_index for c in by_ids] == [0, 0, 1, 1, 2, 2]

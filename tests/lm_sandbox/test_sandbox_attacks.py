@@ -2,7 +2,10 @@
 
 import os
 import resource
+import shutil
 import socket
+import subprocess
+import sys
 import time
 
 from sandbox_helpers import leftovers, my_zombies
@@ -97,8 +100,8 @@ def test_files_outside_cannot_be_deleted_or_written(box, shared_dir):
 def test_huge_output_is_cut_and_never_passes():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     flood = "import sys\nfor _ in range(50):\n    sys.stdout.write('x' * (1 << 20))\n"
-    swallowed = "import sys\ntry:\n    for _ in range(50):\n        sys.stdout.write('x' * (1 << 20))\nexcept OSError:\n" \
-                "    pass\n"
+    swallowed = ("import sys\ntry:\n    for _ in range(50):\n        sys.stdout.write('x' * (1 << 20))\n"
+                 "except OSError:\n    pass\n")
     with Sandbox(timeout_s=5, workers=2) as b:
         results = b.run_many([(flood, PASSING_TESTS), (swallowed, PASSING_TESTS),
                               (flood.replace("stdout", "stderr"), PASSING_TESTS)])
@@ -172,8 +175,9 @@ def test_patching_builtins_modules_or_the_runner_does_not_pass(box):
         "        return None\n    def jump(frame, event, arg):\n        if event == 'line' and frame.f_lineno < 3:\n"
         "            frame.f_lineno = 3\n        return jump\n    return jump\nsys.settrace(tracer)\n",
     ]
-    results = box.run_many([(wrong + patch, tests) for patch in patches])
-    for patch, r in zip(patches, results):
+    results = box.run_many([(wrong + patch, tests) for patch in patches]
+                           + [(wrong + patches[3], "assert all(add(i, i) == 2 * i for i in range(1, 3))\n")])
+    for patch, r in zip(patches + patches[3:4], results):
         assert not r.passed, (patch, r)
     # the same patches with a correct program still pass: the checks are not just failing everything
     right = "def add(a, b):\n    return a + b\n"
@@ -209,3 +213,33 @@ assert os.listdir('.') == []
         tests = tests.replace("assert uid != 0 and ", "assert ")
     r = box.run(probe, tests)
     assert r.passed, r
+
+
+def test_the_tree_dies_with_the_process_that_started_it():
+    """A trainer killed with SIGKILL runs no cleanup: the kernel's parent-death signal must take the tree down."""
+    script = ("from distlab.recipes.lm.sandbox import Sandbox\nbox = Sandbox(timeout_s=60, workers=2)\n"
+              "print(box.root, flush=True)\nbox.run_many([('import time\\ntime.sleep(60)', '')] * 2)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    root = parent.stdout.readline().strip()
+    deadline = time.monotonic() + 20
+
+    def running() -> list[str]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if root.encode() in fh.read():
+                        found.append(pid)
+            except OSError:
+                continue
+        return found
+
+    while len(running()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(running()) >= 2  # both programs started
+    parent.kill()
+    parent.wait()
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert running() == []
+    shutil.rmtree(root, ignore_errors=True)  # its owner died before it could remove it

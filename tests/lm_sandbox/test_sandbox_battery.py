@@ -75,7 +75,7 @@ def test_thousand_runs_no_false_pass_no_escape_nothing_left(shared_dir):
     jobs = [name for name, (n, *_) in kinds.items() for _ in range(n)]
     random.Random(0).shuffle(jobs)
     try:
-        with Sandbox(timeout_s=0.75, workers=4, max_procs=16, max_file_mb=1, memory_mb=256) as box:
+        with Sandbox(timeout_s=0.75, workers=6, max_procs=16, max_file_mb=1, memory_mb=256) as box:
             start = time.monotonic()
             results = box.run_many([kinds[name][2:] for name in jobs])
             elapsed = time.monotonic() - start

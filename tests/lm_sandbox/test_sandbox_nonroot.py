@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -64,8 +65,6 @@ def _uid_procs() -> list[str]:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="run as non-root, the other tests already exercise these levels")
 def test_userns_and_rlimits_as_an_unprivileged_user(shared_dir):
-    import socket
-
     drop = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", "--"]
     probe = subprocess.run([*drop, "unshare", "--user", "--map-root-user", "--pid", "--fork", "--net", "true"],
                            capture_output=True, cwd="/")

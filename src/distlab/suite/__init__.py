@@ -6,9 +6,9 @@ scipy and matplotlib for it would slow down each training process's start.
 
 import importlib
 
-_EXPORTS = {"build_report": "report", "is_finished": "runs", "load_suite_runs": "runs",
-            "write_slurm_scripts": "slurm", "RunSpec": "spec", "Suite": "spec", "load_suite": "spec",
-            "shipped_suites": "spec"}
+_EXPORTS = {"build_report": "report", "report_metrics": "report", "is_finished": "runs", "load_suite_runs": "runs",
+            "run_suite": "runner", "write_slurm_scripts": "slurm", "RunSpec": "spec", "Suite": "spec",
+            "load_suite": "spec", "shipped_suites": "spec"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -151,7 +151,11 @@ def train(cfg: GRPOConfig, session) -> dict:
         progress.update(step, reward=last["reward_mean"])
         if cfg.evaluation.eval_interval_steps and step % cfg.evaluation.eval_interval_steps == 0 and step < cfg.steps:
             _evaluate(cfg, session, policy, tok, held_out, few_shot, scorer, step, "eval")
-        stop = session.stop_requested(step) and step < cfg.steps
+        stop, time_up = session.stop_check(step)
+        if time_up and step < cfg.steps:
+            log.info("run.time_limit_s reached at step %d of %d: evaluating now", step, cfg.steps)
+            cfg.steps = step
+        stop = stop and step < cfg.steps
         session.checkpoint(step, last=stop or step == cfg.steps)
         if stop:
             status = "preempted"
@@ -197,7 +201,15 @@ def _step_metrics(rt, cfg, rewards, zero_var, comps, sums, scorer, times, gnorm,
             "completion_length": tot["length_sum"] / tot["n"], "truncated_fraction": tot["truncated"] / tot["n"],
             "sandbox_timeouts": tot["sandbox_timeouts"], "suspected_hacks": tot["suspected_hacks"],
             "no_code": tot["no_code"], "grad_norm": gnorm, "global_tokens": norm.num_tokens,
+            **_peak_memory(rt),
             **{k: tot[k] / world for k in times}}
+
+
+def _peak_memory(rt) -> dict:
+    """Peak GPU memory of each of this rank's devices since the start (rank 0's, in GiB)."""
+    if rt.device.type != "cuda":
+        return {}
+    return {f"peak_mem_gib_{d.index}": torch.cuda.max_memory_allocated(d) / 2**30 for d in (rt.devices or [rt.device])}
 
 
 def _evaluate(cfg, session, policy, tok, tasks, few_shot, scorer, step: int, split: str) -> dict:

@@ -53,6 +53,18 @@ def encode_prompts(tokenizer, prompts: Sequence[str], device, add_special_tokens
     return ids.to(device), mask.to(device), unpadded
 
 
+def left_pad(prompt_ids: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of token-id prompts, padded on the left to the longest."""
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    for i, p in enumerate(prompt_ids):
+        if len(p):
+            ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
+            mask[i, width - len(p):] = 1
+    return ids.to(device), mask.to(device)
+
+
 def generate(
     model,
     tokenizer,
@@ -77,15 +89,52 @@ def generate(
     its decoded text contains one (checked every ``stop_check_every`` tokens, cut exactly afterwards).
     ``compile`` (default: on for CUDA) applies to the ``static`` backend only.
     """
+    if isinstance(prompts, str):
+        raise DistlabError("generate() takes a list of prompts, not one string")
+    device = next(unwrap_model(model).parameters()).device
+    prompt_list = [p for p in prompts for _ in range(n)]
+    if not prompt_list:
+        return []
+    input_ids, attention_mask, prompt_ids = encode_prompts(tokenizer, prompt_list, device, add_special_tokens)
+    return _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n, max_new_tokens, temperature,
+                            top_p, stop_strings, seed, generator, backend, compile, stop_check_every)
+
+
+def generate_from_ids(
+    model,
+    tokenizer,
+    prompt_ids: Sequence[Sequence[int]],
+    max_new_tokens: int = 256,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    stop_strings: Sequence[str] = (),
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    *,
+    n: int = 1,
+    backend: str = "static",
+    compile: bool | None = None,
+    stop_check_every: int = 4,
+) -> list[Completion]:
+    """:func:`generate` for prompts already tokenised (multi-turn episodes that must not be re-tokenised)."""
+    device = next(unwrap_model(model).parameters()).device
+    rows = [list(p) for p in prompt_ids for _ in range(n)]
+    if not rows:
+        return []
+    eos = eos_token_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+    input_ids, attention_mask = left_pad(rows, pad, device)
+    return _generate_padded(model, tokenizer, input_ids, attention_mask, rows, n, max_new_tokens, temperature,
+                            top_p, stop_strings, seed, generator, backend, compile, stop_check_every)
+
+
+def _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n, max_new_tokens, temperature, top_p,
+                     stop_strings, seed, generator, backend, compile, stop_check_every) -> list[Completion]:
     if backend not in BACKENDS:
         raise DistlabError(f"unknown generation backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     if max_new_tokens < 1:
         raise DistlabError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    prompt_list = [p for p in prompts for _ in range(n)]
-    if not prompt_list:
-        return []
-    device = next(unwrap_model(model).parameters()).device
-    input_ids, attention_mask, prompt_ids = encode_prompts(tokenizer, prompt_list, device, add_special_tokens)
+    device = input_ids.device
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
     stops = [s for s in stop_strings if s]
@@ -104,7 +153,7 @@ def generate(
                                     top_p, stops, seed, eos, pad, backend == "hf-static", stop_check_every)
     finally:
         model.train(was_training)
-    return [finish(tokenizer, i // n, prompt_ids[i], rows[i], eos, stops) for i in range(len(prompt_list))]
+    return [finish(tokenizer, i // n, list(prompt_ids[i]), rows[i], eos, stops) for i in range(len(rows))]
 
 
 def _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature, top_p, stops, seed,
@@ -151,14 +200,20 @@ def _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, te
 
 def _static_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature, top_p, stops,
                      generator, eos, pad, use_compile, check_every) -> list[list[int]]:
-    from transformers import DynamicCache, StaticCache
+    from transformers import DynamicCache
 
     base = unwrap_model(model)
     device = input_ids.device
     batch, prompt_len = input_ids.shape
-    total = prompt_len + max_new_tokens
     static = use_compile  # a static cache only pays off when the decode step is a replayed graph
-    cache = StaticCache(config=base.config, max_cache_len=total) if static else DynamicCache(config=base.config)
+    if static:
+        # Round the cache length up so that rollouts of slightly different prompt lengths reuse one
+        # compiled graph (a new shape means a new compilation and capture).
+        total = -(-(prompt_len + max_new_tokens) // STATIC_LENGTH_BUCKET) * STATIC_LENGTH_BUCKET
+        cache = _reusable_static_cache(model, base.config, batch, total, device)
+    else:
+        total = prompt_len + max_new_tokens
+        cache = DynamicCache(config=base.config)
     mask = torch.ones(batch, total, dtype=attention_mask.dtype, device=device)
     mask[:, :prompt_len] = attention_mask
     positions = position_ids_from_mask(attention_mask)
@@ -215,16 +270,37 @@ def _rows_with_stop(tokenizer, tokens: torch.Tensor, lengths: torch.Tensor, fini
     return torch.tensor(hits, device=finished.device)
 
 
-_COMPILED: dict[int, object] = {}
+STATIC_LENGTH_BUCKET = 128
+
+
+def _reusable_static_cache(model, config, batch: int, length: int, device: torch.device):
+    """One ``StaticCache`` kept on the model and reset between calls.
+
+    The compiled decode step is specialised on the cache's tensors (fixed addresses, fixed shapes);
+    a fresh cache every call would force a recompilation and a new CUDA-graph capture each rollout.
+    Only the latest shape is kept, so memory does not accumulate.
+    """
+    from transformers import StaticCache
+
+    key = (batch, length, next(unwrap_model(model).parameters()).dtype, device)
+    held = model.__dict__.get("_distlab_static_cache")
+    if held is not None and held[0] == key:
+        held[1].reset()
+        return held[1]
+    cache = StaticCache(config=config, max_cache_len=length)
+    model.__dict__["_distlab_static_cache"] = (key, cache)  # a plain attribute, not a registered module
+    return cache
 
 
 def _compiled_decode_step(model):
-    """One decode step compiled as a CUDA graph (static shapes: the full-length mask, a StaticCache)."""
-    key = id(model)
-    if key not in _COMPILED:
-        def step(tok, pos, mask, cache):
+    """One decode step under ``torch.compile(mode="reduce-overhead")``: captured once as a CUDA graph
+    for a (batch, cache length), then replayed, so the ~30 layers' kernels launch as one graph."""
+    step = model.__dict__.get("_distlab_decode_step")
+    if step is None:
+        def decode(tok, pos, mask, cache):
             return model(input_ids=tok, attention_mask=mask, position_ids=pos, past_key_values=cache,
                          use_cache=True).logits[:, -1]
 
-        _COMPILED[key] = torch.compile(step, mode="reduce-overhead", fullgraph=False, dynamic=False)
-    return _COMPILED[key]
+        step = torch.compile(decode, mode="reduce-overhead", fullgraph=False, dynamic=False)
+        model.__dict__["_distlab_decode_step"] = step
+    return step

@@ -7,7 +7,7 @@ text runs in it.
 
 from __future__ import annotations
 
-import time
+import threading
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -24,7 +24,7 @@ class RewardScorer:
         self.mode = mode
         self.pool = ThreadPoolExecutor(self.sandbox.config.workers, thread_name_prefix="distlab-reward")
         self.counts: Counter[str] = Counter()
-        self.busy_s = 0.0
+        self._lock = threading.Lock()
 
     def submit(self, task: Task, completion: str) -> Future:
         return self.pool.submit(self._score, task, completion)
@@ -32,22 +32,20 @@ class RewardScorer:
     def _score(self, task: Task, completion: str) -> float:
         program = build_program(task, completion, self.mode)
         if not program:
-            self.counts["no_code"] += 1
+            with self._lock:
+                self.counts["no_code"] += 1
             return 0.0
-        t0 = time.perf_counter()
         result = self.sandbox.run(program, task.tests)
-        self.busy_s += time.perf_counter() - t0
-        self.counts[result.status] += 1
         return 1.0 if result.passed else 0.0
 
     def take_counts(self) -> dict[str, float]:
         """Counts since the last call (timeouts, suspected hacks, programs with no code...)."""
-        stats = dict(self.sandbox.stats)
+        stats = self.sandbox.take_stats()
+        with self._lock:
+            no_code = float(self.counts.pop("no_code", 0))
         out = {"sandbox_runs": float(stats.get("runs", 0)), "sandbox_timeouts": float(stats.get("timeout", 0)),
                "sandbox_memory": float(stats.get("memory", 0)),
-               "suspected_hacks": float(stats.get("suspected_hacks", 0)), "no_code": float(self.counts["no_code"])}
-        self.sandbox.stats.clear()
-        self.counts.clear()
+               "suspected_hacks": float(stats.get("suspected_hacks", 0)), "no_code": no_code}
         return out
 
     def close(self) -> None:

@@ -7,16 +7,16 @@ command without an import cycle; training and plotting modules load when the com
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf
 
 from distlab.errors import DistlabError
 
 
 def run_backtest(run_dir: Path, start: str, end: str | None, out: Path | None) -> Path:
-    import torch.distributed.checkpoint as dcp
-
     from distlab.checkpoint import find_checkpoint
     from distlab.recipes.ppo.backtest import backtest
     from distlab.recipes.ppo.config import PPORecipeConfig, to_algo_config
@@ -34,10 +34,7 @@ def run_backtest(run_dir: Path, start: str, end: str | None, out: Path | None) -
     opts.pop("start", None), opts.pop("end", None)
     env = make_trading_env(start=start, end=end, **opts)
     policy = build_policy(algo.policy, env.observation_space, env.action_space, **algo.policy_sizes())
-    ckpt = find_checkpoint(run_dir)
-    state = {"model": policy.state_dict()}
-    dcp.load(state, checkpoint_id=str(ckpt))
-    policy.load_state_dict(state["model"])
+    load_policy_weights(policy, find_checkpoint(run_dir))
     out = out or run_dir / "backtest"
     result = backtest(policy, env, out_dir=out)
     p, h = result["policy"], result["buy_and_hold"]
@@ -45,6 +42,26 @@ def run_backtest(run_dir: Path, start: str, end: str | None, out: Path | None) -
     for name, m in (("policy", p), ("buy and hold", h)):
         print(f"  {name:12s} " + "  ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)))
     return out / "backtest.json"
+
+
+def load_policy_weights(policy: torch.nn.Module, ckpt: Path) -> None:
+    """Read only the policy's weights from a training checkpoint (DCP), on one CPU process.
+
+    Checkpoints that list their models in extra.json hold ``{"models": {name: weights}}`` (the core's
+    tracked state); older ones hold ``{"model": weights}``. Either loads, so backtests of earlier runs keep working.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    names = json.loads((ckpt / "extra.json").read_text()).get("models")
+    if names:
+        name = "policy" if "policy" in names else names[0]
+        state = {"models": {name: policy.state_dict()}}
+        dcp.load(state, checkpoint_id=str(ckpt))
+        policy.load_state_dict(state["models"][name])
+    else:
+        state = {"model": policy.state_dict()}
+        dcp.load(state, checkpoint_id=str(ckpt))
+        policy.load_state_dict(state["model"])
 
 
 def cmd_backtest(a: argparse.Namespace, extra: list[str]) -> int:

@@ -40,20 +40,18 @@ class _CoreHooks(PPOHooks):
 
     def bind(self, run) -> None:
         self.run = run
-        extra = self.session.restore(run.policy, [run.optimizer])
-        if extra:
-            run.update, run.global_step = extra["update"], extra["global_step"]
-            self.episodes = extra.get("episodes", 0)
-            rs = extra.get("rank_state")
-            if rs:
-                run.generator.set_state(rs["minibatch"])
+        s = self.session
+        s.track_model("policy", run.policy, [run.optimizer])
+        s.track("minibatch_rng", _GeneratorState(run.generator), per_rank=True)
+        s.counters.update(update=0, global_step=0, episodes=0)
+        s.restore()
+        run.update, run.global_step = int(s.counters["update"]), int(s.counters["global_step"])
+        self.episodes = int(s.counters["episodes"])
         self.progress = self.session.progress(self.num_updates, run.update, unit="update")
 
-    def _save(self, update: int) -> None:
-        run = self.run
-        self.session.save(update, run.policy, [run.optimizer],
-                          {"update": update, "global_step": run.global_step, "episodes": self.episodes},
-                          {"minibatch": run.generator.get_state()})
+    def _save(self, update: int, last: bool) -> None:
+        self.session.counters.update(update=update, global_step=self.run.global_step, episodes=self.episodes)
+        self.session.checkpoint(update, last=last)
 
     def on_update(self, update_idx: int, global_step: int, metrics: dict[str, float]) -> bool:
         self.episodes += int(metrics.get("episodes", 0))
@@ -64,19 +62,29 @@ class _CoreHooks(PPOHooks):
                              sps=metrics.get("sps", 0.0))
         done_by_episodes = self.cfg.num_episodes > 0 and self.episodes >= self.cfg.num_episodes
         stop = self.session.stop_requested(update_idx) and update_idx < self.num_updates
-        if self.session.due(update_idx) or stop:
-            self._save(update_idx)
+        self._save(update_idx, last=stop)
         if stop:
             self.status = "preempted"
         return stop or done_by_episodes
 
     def close(self, summary: dict) -> None:
         if self.status == "completed":
-            self._save(self.run.update)
+            self._save(self.run.update, last=True)
         self.progress.close()
         self.session.metrics.log(summary["global_step"], {k: v for k, v in summary.items()
                                                           if isinstance(v, (int, float)) and v is not None},
                                  split="summary")
+
+
+class _GeneratorState:
+    def __init__(self, gen):
+        self.gen = gen
+
+    def state_dict(self):
+        return {"state": self.gen.get_state()}
+
+    def load_state_dict(self, sd):
+        self.gen.set_state(sd["state"])
 
 
 def validate(cfg: PPORecipeConfig, world_size: int) -> None:

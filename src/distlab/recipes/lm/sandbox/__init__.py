@@ -25,6 +25,8 @@ Residual risks, known and accepted:
   are protected by the slot uid's lack of permissions, or not at all under ``userns`` and non-root ``rlimits``.
 - Under ``userns`` and non-root ``rlimits`` the process limit counts the caller's uid, so it is set above what the
   caller already runs; under ``rlimits`` there is network and setsid daemons survive (a loud warning is logged).
+- Disk: the file-size limit is per file; there is no quota, so a program can write many files until the deadline.
+- A parent killed with SIGKILL takes its process trees down (parent-death signals) but leaves its temp dir behind.
 - Slot uids are numbers above 2**31 without /etc/passwd entries; a site that assigns such uids to people must
   not run this as root.
 """

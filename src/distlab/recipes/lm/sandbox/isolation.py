@@ -10,7 +10,8 @@ Levels, strongest first:
   the deadline, and it has the network. As root it still runs as a slot uid, whose leftovers are swept.
 
 Every level starts with ``prlimit`` (address space, CPU seconds, processes, file size, open files, no core files)
-and ``setpriv --pdeathsig KILL`` so the tree dies with the worker thread that launched it if this process dies.
+and ``setpriv --pdeathsig KILL``, and the namespace's first process gets the same signal for its own parent, so if
+this process dies (SIGKILL, no cleanup) the kernel still takes every tree down.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from distlab.errors import DistlabError, near_matches
 log = logging.getLogger("distlab")
 
 LEVELS = ("namespaces", "userns", "rlimits")
-TOOLS = ("prlimit", "unshare", "setpriv")
 PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")  # tried when this interpreter is out of the uid's reach
 
 # Slot uids: 1000 per process, placed by pid above 2**31, clear of login accounts and of sssd's AD id ranges, so
@@ -58,6 +58,7 @@ def new_uids(n: int) -> list[int]:
     return [block + next(_uid_counter) % 999 for _ in range(n)]
 
 
+@functools.lru_cache(maxsize=None)
 def _tool(name: str) -> str:
     path = shutil.which(name) or next((p for p in (f"/usr/bin/{name}", f"/bin/{name}") if os.access(p, os.X_OK)),
                                       None)
@@ -77,11 +78,11 @@ def command(iso: Isolation, runner: str, *, timeout_s: float, memory_mb: int, np
             max_open_files: int, uid: int | None, site_packages: bool = False) -> list[str]:
     """The argv that runs ``runner`` under ``iso``; every wrapper execs the next, so one process per level."""
     cpu = math.ceil(timeout_s) + 1  # above the wall-clock deadline: it only matters if the parent is gone
-    lim = {"as": memory_mb << 20, "cpu": cpu + 1, "nproc": nproc, "fsize": max_file_mb << 20,
-           "nofile": max_open_files}
-    lim = {k: _below_hard(k, v) for k, v in lim.items()}
-    argv = [_tool("prlimit"), *(f"--{k}={v}" for k, v in lim.items() if k != "cpu"),
-            f"--cpu={min(cpu, lim['cpu'])}:{lim['cpu']}", "--core=0", "--",
+    hard = {"as": memory_mb << 20, "nproc": nproc, "fsize": max_file_mb << 20, "nofile": max_open_files,
+            "cpu": cpu + 1}
+    hard = {k: _below_hard(k, v) for k, v in hard.items()}
+    argv = [_tool("prlimit"), *(f"--{k}={v}" for k, v in hard.items() if k != "cpu"),
+            f"--cpu={min(cpu, hard['cpu'])}:{hard['cpu']}", "--core=0", "--",
             _tool("setpriv"), "--pdeathsig=KILL", "--"]
     if iso.level == "namespaces":
         argv += [_tool("unshare"), "--pid", "--fork", "--kill-child", "--net", "--mount-proc", "--"]
@@ -89,9 +90,19 @@ def command(iso: Isolation, runner: str, *, timeout_s: float, memory_mb: int, np
         argv += [_tool("unshare"), "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--net",
                  "--mount-proc", "--"]
     if iso.drop_uid:
+        # a uid change clears the parent-death signal that unshare's --kill-child set: set it again after it
         argv += [_tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
-                 "--bounding-set=-all", "--"]
+                 "--bounding-set=-all", "--pdeathsig=KILL", "--"]
     return argv + [iso.python, "-I" if site_packages else "-IS", runner]
+
+
+# An interpreter that cannot read its own prefix (root's ~/.pyenv, for a slot uid) may still start by finding another
+# installation's standard library; that mix is refused here, and the next candidate tried.
+PROBE = b"""import os, sys
+exe, home = os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
+if not exe.startswith(home + os.sep):
+    sys.exit("%s runs on the standard library of %s, not its own" % (exe, home))
+"""
 
 
 def _probe(iso: Isolation, uid: int) -> str | None:
@@ -99,7 +110,7 @@ def _probe(iso: Isolation, uid: int) -> str | None:
     argv = command(iso, "-", timeout_s=5, memory_mb=1 << 20, nproc=1 << 20, max_file_mb=1 << 20,
                    max_open_files=1024, uid=uid)
     try:
-        p = subprocess.run(argv, input=b"import os\n", capture_output=True, cwd="/", timeout=30,
+        p = subprocess.run(argv, input=PROBE, capture_output=True, cwd="/", timeout=30,
                            env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
@@ -141,7 +152,8 @@ def detect(requested: str = "auto", python: str = "") -> Isolation:
         hint = near_matches(requested, ("auto", *LEVELS))
         raise DistlabError(f"sandbox.isolation={requested} is not one of auto, {', '.join(LEVELS)}"
                            + (f" (did you mean {hint[0]}?)" if hint else ""))
-    _tool("prlimit"), _tool("setpriv")
+    for tool in ("prlimit", "setpriv"):
+        _tool(tool)
     order = [requested] if requested != "auto" else \
         ["namespaces", "rlimits"] if os.geteuid() == 0 else ["userns", "rlimits"]
     reasons = []

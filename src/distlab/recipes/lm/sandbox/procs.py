@@ -96,7 +96,7 @@ def kill_tree(proc: subprocess.Popen, namespaced: bool) -> None:
     """
     if namespaced:
         for _ in range(50):
-            for kid in []:
+            for kid in children(proc.pid):
                 try:
                     os.kill(kid, signal.SIGKILL)
                 except OSError:

@@ -7,6 +7,7 @@ import queue
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -27,6 +28,7 @@ Status = Literal["passed", "failed", "timeout", "memory", "killed", "error"]
 TAIL = 64 << 10  # bytes of stdout and stderr kept; the rest stays on disk (capped by the file-size limit) and goes
 ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 MEMORY_MARKS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc")
+UNSHARE_NOISE = b"unshare: sigprocmask unblock failed: Invalid argument\n"  # util-linux 2.38, on a signal death
 
 
 @dataclass
@@ -60,6 +62,14 @@ def _status(rc: int, token_seen: bool, timed_out: bool, err: bytes) -> tuple[Sta
     return "failed", rc in (runner.OK, runner.EXIT_ATTEMPT, runner.UNTRUSTED)
 
 
+def _temp_base(drop_uid: bool) -> str:
+    """The temp dir, unless slot uids could not traverse it (a job's private TMPDIR): then /tmp."""
+    base = Path(tempfile.gettempdir()).resolve()
+    if drop_uid and not all(p.stat().st_mode & stat.S_IXOTH for p in (base, *base.parents)):
+        return "/tmp"
+    return str(base)
+
+
 class Sandbox:
     """Runs model-written programs against their tests, each in a throw-away process tree (see the package doc).
 
@@ -71,10 +81,10 @@ class Sandbox:
 
     def __init__(self, config: SandboxConfig | None = None, **overrides) -> None:
         cfg = replace(config or SandboxConfig(), **overrides)
-        if cfg.timeout_s <= 0 or cfg.workers < 1 or cfg.memory_mb < 32 or cfg.max_procs < 1 or cfg.max_file_mb < 1 \
-                or cfg.max_open_files < 8:
-            raise DistlabError(f"sandbox settings out of range: {cfg} (need timeout_s>0, workers>=1, memory_mb>=32, "
-                               "max_procs>=1, max_file_mb>=1, max_open_files>=8)")
+        if not (cfg.timeout_s > 0 and 1 <= cfg.workers <= 256 and cfg.memory_mb >= 32 and cfg.max_procs >= 1
+                and cfg.max_file_mb >= 1 and cfg.max_open_files >= 8):
+            raise DistlabError(f"sandbox settings out of range: {cfg} (need timeout_s>0, 1<=workers<=256, "
+                               "memory_mb>=32, max_procs>=1, max_file_mb>=1, max_open_files>=8)")
         self.config = cfg
         self.isolation = detect(cfg.isolation, cfg.python)
         self.uids = new_uids(cfg.workers) if self.isolation.drop_uid else []
@@ -85,7 +95,7 @@ class Sandbox:
             self._slots.put(slot)
         self._pool: ThreadPoolExecutor | None = None
         # root-owned, others may traverse but not list; each run gets a dir inside, the program a subdir of that
-        self.root = Path(tempfile.mkdtemp(prefix="distlab-sbx-"))
+        self.root = Path(tempfile.mkdtemp(prefix="distlab-sbx-", dir=_temp_base(self.isolation.drop_uid)))
         self.root.chmod(0o711)
         self.runner = self.root / "runner.py"
         shutil.copyfile(runner.__file__, self.runner)
@@ -109,6 +119,13 @@ class Sandbox:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="distlab-sandbox")
         return list(self._pool.map(lambda job: self.run(*job), jobs))
+
+    def take_stats(self) -> dict[str, int]:
+        """The counts since the last call, read and reset atomically (runs finish on other threads)."""
+        with self._lock:
+            out = dict(self.stats)
+            self.stats.clear()
+        return out
 
     def close(self) -> None:
         if self._pool is not None:
@@ -150,8 +167,11 @@ class Sandbox:
                     try:
                         proc.stdin.write(payload)
                         proc.stdin.close()
-                    except OSError:  # it died before reading: the status says why
-                        pass
+                    except OSError:  # it died before reading all of it: its status says why
+                        try:
+                            proc.stdin.close()
+                        except OSError:
+                            pass
                     timed_out = not procs.wait_for(proc, max(0.0, start + cfg.timeout_s - time.monotonic()))
                 finally:
                     if proc.returncode is None:
@@ -172,4 +192,4 @@ class Sandbox:
         status, hack = _status(proc.returncode, seen, timed_out, stderr)
         text = stdout.replace(b"\n" + mark + b"\n", b"").replace(mark, b"").decode("utf-8", "replace")
         return SandboxResult(status == "passed", status, round(seconds, 4), text,
-                             stderr.decode("utf-8", "replace"), proc.returncode), hack
+                             stderr.replace(UNSHARE_NOISE, b"").decode("utf-8", "replace"), proc.returncode), hack

