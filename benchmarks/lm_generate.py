@@ -45,7 +45,8 @@ TASKS = [
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", default=None, help=f"model source (default {DEFAULT_SOURCE}; tiny:llama-2l with --tiny)")
+    ap.add_argument("--source", default=None,
+                    help=f"model source (default {DEFAULT_SOURCE}; tiny:llama-2l with --tiny)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, help="bf16 | fp32 | fp16 (default bf16 on CUDA, fp32 on CPU)")
     ap.add_argument("--prompts", type=int, default=8)
@@ -64,7 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.tiny:
         args.source = args.source or "tiny:llama-2l"
-        args.prompts, args.samples, args.new_tokens = min(args.prompts, 2), min(args.samples, 2), min(args.new_tokens, 8)
+        args.prompts, args.samples = min(args.prompts, 2), min(args.samples, 2)
+        args.new_tokens = min(args.new_tokens, 8)
     args.source = args.source or DEFAULT_SOURCE
     args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
     return args
@@ -103,7 +105,9 @@ def run_backend(model, tok, prompts: list[str], backend: str, args, device: torc
     i = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
     return {
         "backend": backend,
-        "compile": backend == "static" and (compile_flag if compile_flag is not None else device.type == "cuda"),
+        # hf-static: transformers compiles the decode step itself on CUDA
+        "compile": (backend == "static" and (compile_flag if compile_flag is not None else device.type == "cuda"))
+        or (backend == "hf-static" and device.type == "cuda"),
         "sequences": len(prompts) * args.samples,
         "new_tokens": args.new_tokens,
         "generated_tokens": tokens[i],

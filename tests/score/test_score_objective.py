@@ -9,8 +9,9 @@ from distlab.recipes.lm.tasks import synthetic_tasks, text_prompt
 from distlab.recipes.lm.tiny_model import byte_tokenizer
 from distlab.recipes.score.episode import (ROLE_GLUE, ROLE_HINT, ROLE_INSTR, ROLE_PAD, ROLE_PROMPT, ROLE_Y1, ROLE_Y2,
                                            Episode, encode, leaks_code, turn2_prompt)
-from distlab.recipes.score.objective import (guidance_rewards, kl_weights, mc_advantages, score_policy_loss,
-                                             step_counts, token_advantages, turn_masks, turn_rewards, turn_returns)
+from distlab.recipes.score.objective import (guidance_rewards, kl_weights, known_before_turn2, mc_advantages,
+                                             score_policy_loss, step_counts, token_advantages, turn_masks,
+                                             turn_rewards, turn_returns)
 
 P, Y1, G, H, I, Y2, X = ROLE_PROMPT, ROLE_Y1, ROLE_GLUE, ROLE_HINT, ROLE_INSTR, ROLE_Y2, ROLE_PAD
 # two episodes: x | y1 | glue hint glue | instruction | y2 | padding
@@ -55,6 +56,12 @@ def test_mc_advantages_subtract_each_turns_group_mean():
     assert torch.allclose(a1, torch.tensor([-1.0, 1.0, 0.0, 0.0]))
     assert torch.allclose(a2, torch.tensor([1.0, -1.0, 0.0, 0.0]))
     assert zero_var == 0.5
+    # stage II: -alpha r1 of turn 2's reward is fixed before y2 exists, so it is baseline, not advantage
+    r1, r2 = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([1.0, 1.0, 0.0, 1.0])
+    rew1, rew2 = turn_rewards(r1, r2, "II", alpha=3.0)
+    _, a2, _ = mc_advantages(*turn_returns(rew1, rew2, 1.0), group_size=2, known2=known_before_turn2(r1, "II", 3.0))
+    assert torch.allclose(a2, 4.0 * torch.tensor([0.0, 0.0, -0.5, 0.5]))  # (1 + alpha) x centred r2
+    assert torch.equal(known_before_turn2(r1, "I", 3.0), torch.zeros(4))
     adv = token_advantages(ROLES[:2], torch.tensor([2.0, -1.0]), torch.tensor([5.0, 7.0]))
     assert torch.all(adv[0][IS_Y1[0]] == 2.0) and torch.all(adv[0][IS_Y2[0]] == 5.0)
     assert torch.all(adv[OTHER] == 0)

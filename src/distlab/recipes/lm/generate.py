@@ -1,13 +1,16 @@
-"""Batched sampling of completions for rollouts, with two interchangeable backends.
+"""Batched sampling of completions for rollouts, with interchangeable backends.
 
 * ``hf`` -- ``transformers``' ``model.generate``: the reference behaviour, dynamic KV cache.
 * ``hf-static`` -- the same with ``cache_implementation="static"``, which transformers compiles
   automatically on CUDA.
 * ``static`` -- our own loop: one prefill over the left-padded prompts, then one token per step from
-  a KV cache with explicit position ids. On CUDA with ``compile=True`` the decode step runs on a
-  preallocated ``StaticCache`` under ``torch.compile(mode="reduce-overhead")``, i.e. replayed as a CUDA
-  graph: a small model's decode step is otherwise bound by kernel launches, not by the GPU. On CPU a
-  growing ``DynamicCache`` is used, and rows that have finished are dropped from the batch.
+  a KV cache with explicit position ids. With ``compile`` (the default on CUDA) the decode step runs
+  on a preallocated ``StaticCache`` under ``torch.compile(mode="reduce-overhead")``, i.e. replayed as
+  a CUDA graph: a small model's decode step is otherwise bound by kernel launches, not by the GPU
+  (SmolLM2, H100, bf16, 64 x 256 tokens: 46 ms per step eager, 3.6 ms replayed). The cache and the
+  compiled step are kept on the model and the cache length is rounded up to a multiple of 128, so
+  later rollouts of the same batch size reuse the captured graph. Without ``compile`` a growing
+  ``DynamicCache`` is used, and on CPU rows that have finished are dropped from the batch.
 
 Greedy decoding (``temperature=0``) gives the same tokens with either backend; sampling is
 reproducible for a given ``seed`` within a backend. All completions of one call are padded into one

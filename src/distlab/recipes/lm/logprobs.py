@@ -10,7 +10,9 @@ in backward (activation checkpointing), so at most one chunk of logits exists at
 The head is applied *inside* the model's own forward call (its ``forward`` is swapped for the
 duration), not by calling the decoder and the head separately. That keeps the module call structure
 intact, so wrappers that act at the root module's forward -- FSDP2's parameter all-gather, peft --
-see an ordinary forward pass.
+see an ordinary forward pass. Under FSDP2 the LM head must belong to the root unit (the case when only
+decoder layers are sharded separately, and necessarily so with tied embeddings): the backward
+recomputation of a chunk then finds the root's parameters still gathered.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from distlab.recipes.lm.model_parts import unwrap_model
 
 # Architectures that transform logits after the LM head; the chunked head would skip that step.
-_POST_HEAD_CONFIG_KEYS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
+_POST_HEAD_CONFIG_KEYS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -109,7 +111,8 @@ def token_logprobs(
     cfg = getattr(base, "config", None)
     for key in _POST_HEAD_CONFIG_KEYS:
         if getattr(cfg, key, None) not in (None, 1.0):
-            raise NotImplementedError(f"{type(base).__name__} post-processes logits ({key}); chunked log-probs would be wrong")
+            raise NotImplementedError(
+                f"{type(base).__name__} post-processes logits ({key}); chunked log-probs would be wrong")
     head = base.get_output_embeddings()
     mask = score_mask(attention_mask, completion_mask, start)
     sel = mask[:, 1:]  # the hidden state at t-1 predicts the token at t

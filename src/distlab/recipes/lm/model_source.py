@@ -85,18 +85,28 @@ def package_gguf(dist_name: str) -> Path:
     ggufs = sorted(str(f) for f in (dist.files or []) if str(f).endswith(".gguf"))
     if len(ggufs) != 1:
         found = ", ".join(ggufs) or "none"
-        raise DistlabError(f"model source 'package:{dist_name}': expected exactly one .gguf file in the package, found {found}")
+        raise DistlabError(
+            f"model source 'package:{dist_name}': expected exactly one .gguf file in the package, found {found}")
     path = Path(dist.locate_file(ggufs[0])).resolve()
     if not path.is_file():
-        raise DistlabError(f"model source 'package:{dist_name}': {path} is listed by the package but missing; reinstall it")
+        raise DistlabError(
+            f"model source 'package:{dist_name}': {path} is listed by the package but missing; reinstall it")
     return path
 
 
 def resolve_source(source: str) -> ResolvedSource:
     """Parse a source string and check that what it names exists; a ``DistlabError`` says what was expected."""
     src = (source or "").strip()
+    if not src:
+        raise DistlabError(f"model source is empty; {EXPECTED}")
     if src == "tiny" or src.startswith("tiny:"):
-        return ResolvedSource("tiny", preset=src.partition(":")[2])
+        from distlab.recipes.lm.tiny_model import DEFAULT_TINY, TINY_PRESETS
+
+        preset = src.partition(":")[2] or DEFAULT_TINY
+        if preset not in TINY_PRESETS:
+            raise DistlabError(f"model source {source!r}: unknown tiny preset; expected tiny:<preset> with preset one of "
+                               f"{', '.join(sorted(TINY_PRESETS))}")
+        return ResolvedSource("tiny", preset=preset)
     if src.startswith("package:"):
         return ResolvedSource("gguf", package_gguf(src.removeprefix("package:")))
     path = Path(src).expanduser()
@@ -110,7 +120,8 @@ def resolve_source(source: str) -> ResolvedSource:
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:
             return ResolvedSource("gguf", ggufs[0].resolve())
-        raise DistlabError(f"model source {source!r}: directory has no config.json (and not exactly one .gguf); {EXPECTED}")
+        raise DistlabError(
+            f"model source {source!r}: directory has no config.json (and not exactly one .gguf); {EXPECTED}")
     raise DistlabError(f"model source {source!r} not found; {EXPECTED}")
 
 

@@ -84,8 +84,10 @@ class ScoreConfig(BaseConfig):
     instruction: str = DEFAULT_INSTRUCTION
     restate_problem: bool = False  # text mode: repeat the problem after the instruction (small base models)
     # --- warm-up (tiny models) ---
-    sft_steps: int = 0  # supervised warm-up of the policy's turn 1 on reference solutions (text mode)
+    sft_steps: int = 0  # supervised warm-up on reference solutions (text mode, tiny models); never on turn 2
     sft_lr: float = 3e-3
+    sft_batch_size: int = 8  # global sequences per warm-up step
+    sft_pack: int = 1  # solved problems per warm-up sequence (3 trains the positions a two-turn episode reaches)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)

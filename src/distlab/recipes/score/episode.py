@@ -135,7 +135,8 @@ def guidance_prompt(task: Task, y1_text: str, tok, mode: str, execution: tuple[s
         status, tail = execution
         result = (f"{EXTRINSIC}: passed every test.\n" if status == "passed"
                   else f"{EXTRINSIC}: {status}. {tail.strip()}\n")
-    attempt = f"{FENCE_OPEN}{y1_text.strip()}\n{FENCE_CLOSE}\n"
+    # a chat reply brings its own fences; a text-mode completion is bare code
+    attempt = f"{y1_text.strip()}\n" if FENCE_CLOSE in y1_text else f"{FENCE_OPEN}{y1_text.strip()}\n{FENCE_CLOSE}\n"
     if mode == "text":
         return f"Problem:\n{task.prompt}\nAttempt:\n{attempt}{result}Hint:"
     return render_prompt(tok, [{"role": "user", "content": f"{GUIDE_INSTRUCTION}\n\nProblem:\n{task.prompt}\n\n"

@@ -54,15 +54,23 @@ def turn_returns(rew1: Tensor, rew2: Tensor, gamma: float) -> tuple[Tensor, Tens
     return rew1 + gamma * rew2, rew2.clone()
 
 
-def mc_advantages(ret1: Tensor, ret2: Tensor, group_size: int, scale_rewards: str = "none"
-                  ) -> tuple[Tensor, Tensor, float]:
+def known_before_turn2(r1: Tensor, stage: str, alpha: float) -> Tensor:
+    """The part of turn 2's reward fixed before y2 is sampled: -alpha r1 in stage II (the bonus's r1), else 0."""
+    return -alpha * r1 if stage == "II" else torch.zeros_like(r1)
+
+
+def mc_advantages(ret1: Tensor, ret2: Tensor, group_size: int, scale_rewards: str = "none",
+                  known2: Tensor | None = None) -> tuple[Tensor, Tensor, float]:
     """Critic-free baseline: each turn's return minus the mean over the prompt's G episodes (consecutive).
 
-    ``scale_rewards=group`` also divides by the group's std (GRPO); returns ``(A1, A2, zero-variance
-    fraction of the turn-2 groups)``.
+    The G turn-2 states of a group differ (each follows its own y1), so the part of turn 2's return
+    already fixed in its state, ``known2`` (:func:`known_before_turn2`), goes into the baseline:
+    ``A2 = (R2 - known2) - mean_group(R2 - known2)``. A baseline that depends only on the state leaves
+    the gradient unbiased and here removes variance that y2 cannot influence. ``scale_rewards=group``
+    also divides by the group's std (GRPO). Returns ``(A1, A2, zero-variance fraction of the turn-2 groups)``.
     """
     a1, _ = group_advantages(ret1, group_size, scale_rewards)
-    a2, zero_var = group_advantages(ret2, group_size, scale_rewards)
+    a2, zero_var = group_advantages(ret2 if known2 is None else ret2 - known2, group_size, scale_rewards)
     return a1, a2, zero_var
 
 

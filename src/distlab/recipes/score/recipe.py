@@ -2,8 +2,9 @@
 
 Launch paths, all one code path (``distlab.worker``): ``distlab train score --procs N`` (CPU, gloo) or
 ``--gpus N``; ``torchrun --nproc-per-node N -m distlab.worker score key=value ...``; and
-``accelerate launch --num_processes N -m distlab.worker score key=value ...`` (accelerate sets RANK and
-WORLD_SIZE, which the core reads). The seed's two-GPU map is::
+``accelerate launch --multi_gpu --num_processes N -m distlab.worker score key=value ...`` (accelerate sets
+RANK and WORLD_SIZE, which the core reads; on a CPU-only machine add ``dist.device=cpu dist.backend=gloo``,
+since accelerate's ``--cpu`` flag starts a single process). The seed's two-GPU map is::
 
     distlab train score --gpus 2 dist.devices_per_rank=2 guidance=trained advantage=critic \
         placement.policy=cuda:0 placement.critic=cuda:0 placement.guidance=cuda:1 placement.value=cuda:1 \
@@ -51,7 +52,7 @@ def check(cfg: ScoreConfig, world_size: int) -> None:
     positive = {"steps": cfg.steps, "prompts_per_step": cfg.prompts_per_step, "micro_batch_size": cfg.micro_batch_size,
                 "num_iterations": cfg.num_iterations, "critic_updates": cfg.critic_updates,
                 "critic_hidden": cfg.critic_hidden, "guidance_every": cfg.guidance_every,
-                "hint_max_tokens": cfg.hint_max_tokens,
+                "hint_max_tokens": cfg.hint_max_tokens, "sft_pack": cfg.sft_pack, "sft_batch_size": cfg.sft_batch_size,
                 "sampling.max_completion_length": cfg.sampling.max_completion_length}
     for key, value in positive.items():
         if value < 1:

@@ -32,9 +32,7 @@ from distlab.dist import module_checksum
 from distlab.placement import place
 from distlab.recipes.grpo.loss import GlobalNorm, group_advantages, local_counts, policy_loss
 from distlab.recipes.grpo.train import rollout_seed
-from distlab.recipes.grpo.warmup import supervised_warmup
 from distlab.recipes.lm.build import load_placed, sequences
-from distlab.recipes.lm.logprobs import token_logprobs
 from distlab.recipes.lm.model_parts import unwrap_model
 from distlab.recipes.lm.tasks_for import eval_tasks, train_tasks
 from distlab.recipes.score import metrics as scm
@@ -42,11 +40,14 @@ from distlab.recipes.score.config import ScoreConfig, beta2_of, guidance_config,
 from distlab.recipes.score.critic import (Transitions, TwinHead, critic_advantages, critic_step, make_target,
                                           pooled_features)
 from distlab.recipes.score.episode import Episode, leaks_code, pack
+from distlab.recipes.score.logps import logprobs
 from distlab.recipes.score.evaluate import evaluate_self_correction, feedback_label
-from distlab.recipes.score.objective import (guidance_rewards, kl_weights, mc_advantages, score_policy_loss,
-                                             step_counts, token_advantages, turn_masks, turn_rewards, turn_returns)
+from distlab.recipes.score.objective import (guidance_rewards, kl_weights, known_before_turn2, mc_advantages,
+                                             score_policy_loss, step_counts, token_advantages, turn_masks,
+                                             turn_rewards, turn_returns)
 from distlab.recipes.score.rollout import ExecScorer, Players, play
 from distlab.recipes.score.schedule import StageSchedule
+from distlab.recipes.score.warmup import packed_warmup
 from distlab.sampler import GlobalBatchSampler
 from distlab.wrap import clip_grad, no_sync, unwrap
 
@@ -108,12 +109,9 @@ def _all_reduce(rt, t: torch.Tensor) -> torch.Tensor:
 
 
 def _logps(model, ids, attn, mask, cfg, grad: bool, temperature: float, entropy: bool = False):
-    dev = _dev(model)
     with torch.set_grad_enabled(grad):
-        lp, ent = token_logprobs(model, ids.to(dev), attn.to(dev), completion_mask=mask.to(dev),
-                                 chunk_tokens=cfg.logprob_chunk, temperature=temperature if temperature > 0 else 1.0,
-                                 with_entropy=entropy)
-    return lp, ent
+        return logprobs(model, ids, attn, mask, chunk_tokens=cfg.logprob_chunk, temperature=temperature,
+                        entropy=entropy)
 
 
 def _micro_batches(n: int, size: int) -> list[slice]:
@@ -164,7 +162,7 @@ def train(cfg: ScoreConfig, session) -> dict:
                       cfg.guidance_prompt_mode or cfg.model.prompt_mode)
     step = session.restore()
     if step == 0 and cfg.sft_steps > 0:
-        supervised_warmup(cfg, session, policy, tok, tasks)
+        packed_warmup(cfg, session, policy, tok, tasks)
         if m.reference is not None:  # KL is measured from the model RL starts from, not from random weights
             m.reference.load_state_dict(unwrap(policy).state_dict())
     if step == 0 and cfg.evaluation.before:
@@ -202,7 +200,8 @@ def train(cfg: ScoreConfig, session) -> dict:
             extra.update(critic_q_loss_sum=q_sum, critic_v_loss_sum=v_sum, zero_var_groups=0.0)
         else:
             ret1, ret2 = turn_returns(rew1, rew2, cfg.gamma)
-            a1, a2, zero_var = mc_advantages(ret1, ret2, cfg.num_generations, cfg.scale_rewards)
+            a1, a2, zero_var = mc_advantages(ret1, ret2, cfg.num_generations, cfg.scale_rewards,
+                                             known2=known_before_turn2(r1, stage, cfg.alpha))
             extra["zero_var_groups"] = zero_var * len(local)
         extra.update(adv_t1_sum=float(a1.sum()), adv_t2_sum=float(a2.sum()), adv_t1_sq=float((a1 * a1).sum()),
                      adv_t2_sq=float((a2 * a2).sum()))
