@@ -18,7 +18,6 @@ from typing import Any
 
 from distlab.atomic import atomic_save_figure, atomic_write_json
 from distlab.errors import DistlabError
-from distlab.rundir import git_commit
 
 
 def steady_throughput(metrics_file: Path, warmup_frac: float = 0.3) -> dict[str, float]:
@@ -98,6 +97,8 @@ def run_scaling(recipe: str, counts: list[int], kind: str, overrides: list[str],
         point = {"devices": n, **steady_throughput(out_dir / "runs" / name / "metrics.jsonl")}
         points.append(point)
         print(f"[bench] {n} {kind}: {point['throughput']:.1f} examples/s", flush=True)
+    from distlab.rundir import git_commit  # here, not at the top: rundir imports torch, `distlab --help` must not
+
     result = {"recipe": recipe, "kind": kind, "device": _device_name(kind), "overrides": overrides,
               "presets": presets, "command": "distlab " + " ".join(sys.argv[1:]), "commit": git_commit(),
               "date": stamp, "results": [dict(p, gpus=p["devices"]) for p in scaling_table(points)]}

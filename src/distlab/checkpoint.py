@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import errno
 import logging
 import os
 import random
@@ -38,22 +39,34 @@ STEP_DIR = re.compile(r"^step(\d{8})$")
 MANIFEST = "MANIFEST.json"
 
 
-def _file_digest(path: Path, mode: str) -> str:
-    if mode == "size":
-        return ""
+CHUNK = 64 << 20  # files are hashed in 64 MiB pieces, in parallel threads (hashlib releases the GIL)
+
+
+def _chunk_digest(path: Path, offset: int) -> bytes:
     h = hashlib.blake2b(digest_size=16)
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        f.seek(offset)
+        left = CHUNK
+        while left > 0:
+            block = f.read(min(1 << 22, left))
+            if not block:
+                break
+            h.update(block)
+            left -= len(block)
+    return h.digest()
 
 
 def _digests(directory: Path, files: list[Path], mode: str) -> list[str]:
-    """File digests in parallel threads: hashlib releases the GIL, so shards hash at disk speed."""
+    """One digest per file: the hash of its 64 MiB pieces' hashes, so one big shard hashes on every core."""
     if mode == "size" or not files:
         return [""] * len(files)
-    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
-        return list(pool.map(lambda p: _file_digest(p, mode), files))
+    jobs = [(i, p, off) for i, p in enumerate(files) for off in range(0, max(p.stat().st_size, 1), CHUNK)]
+    with ThreadPoolExecutor(max_workers=min(8, len(jobs), (os.cpu_count() or 1) + 1)) as pool:
+        pieces = list(pool.map(lambda job: _chunk_digest(job[1], job[2]), jobs))
+    combined = [hashlib.blake2b(digest_size=16) for _ in files]
+    for (i, _, _), piece in zip(jobs, pieces):
+        combined[i].update(piece)
+    return [h.hexdigest() for h in combined]
 
 
 def _seal(directory: Path, mode: str) -> None:
@@ -170,18 +183,41 @@ class Box:
 
 
 def find_checkpoint(target: Path) -> Path:
-    """A checkpoint directory as given, or the newest valid one under a run directory."""
+    """A checkpoint directory as given, or the newest valid one under a run directory.
+
+    Every way this can fail says which of the cases it is (no such path, not a run, nothing saved yet,
+    everything saved is corrupt), because the fix differs for each.
+    """
     target = Path(target)
     if not target.exists():
         raise DistlabError(f"{target} does not exist; pass a run directory (runs/<name>) or a checkpoint directory")
+    if not target.is_dir():
+        raise DistlabError(f"{target} is a file, not a run; pass a run directory (runs/<name>) or a checkpoint "
+                           f"directory (runs/<name>/checkpoints/stepNNNNNNNN)")
     if STEP_DIR.match(target.name):
         return target
     root = target / "checkpoints" if (target / "checkpoints").is_dir() else target
     steps = sorted((p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name)), reverse=True)
+    problems = []
     for s in steps:
-        if verify_checkpoint(s) is None:
+        problem = verify_checkpoint(s)
+        if problem is None:
             return s
-    raise DistlabError(f"no usable checkpoint under {root}; train first (distlab train ...)")
+        problems.append(f"{s.name}: {problem}")
+    if problems:
+        raise DistlabError(f"every checkpoint under {root} is corrupt ({'; '.join(problems)}); nothing can be "
+                           f"loaded, retrain (distlab train ... run.resume=fresh)")
+    if not (target / "checkpoints").is_dir() and not (target / "config.yaml").exists():
+        raise DistlabError(f"{target} is not a distlab run (no checkpoints/ or config.yaml); pass runs/<name>")
+    raise DistlabError(f"no checkpoint under {root} yet; train first (distlab train ...)")
+
+
+def _no_space(exc: OSError, what: Path) -> DistlabError | None:
+    """A one-line error for a full disk (or quota), which needs the user, not a retry."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DistlabError(f"no space left on device while writing {what}; free space or point run.dir at a "
+                            f"larger disk, then rerun the same command to resume from the last checkpoint")
+    return None
 
 
 class CheckpointManager:
@@ -197,6 +233,29 @@ class CheckpointManager:
         self._pending: tuple[Any, Path, Path] | None = None
         if rt.is_main and create:
             self.root.mkdir(parents=True, exist_ok=True)
+            self.clean_stale()
+
+    def clean_stale(self) -> list[Path]:
+        """Remove temporary checkpoints left by a save that crashed or ran out of disk (never a sealed one)."""
+        stale = [p for p in self.root.glob(".tmp-step*") if p.is_dir()]
+        for p in stale:
+            log.warning("removing unfinished checkpoint %s (a previous save was interrupted)", p.name)
+            shutil.rmtree(p, ignore_errors=True)
+        return stale
+
+    def problem(self, directory: Path) -> str | None:
+        return verify_checkpoint(directory)
+
+    def discard_all(self) -> Path:
+        """Move every checkpoint aside (``run.resume=fresh``): the run starts over, nothing is deleted."""
+        import time
+
+        aside = self.root.parent / f"checkpoints.discarded-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside.mkdir(parents=True, exist_ok=True)
+        for d in self.steps():
+            os.replace(d, aside / d.name)
+        (self.root / "latest").unlink(missing_ok=True)
+        return aside
 
     # -- listing -----------------------------------------------------------------------------
     def steps(self) -> list[Path]:
@@ -216,8 +275,30 @@ class CheckpointManager:
 
     # -- save --------------------------------------------------------------------------------
     def save(self, step: int, state: TrainState, meta: dict | None = None) -> None:
-        """Collective: every rank calls it at the same step."""
+        """Collective: every rank calls it at the same step.
+
+        A save that fails (a full disk above all) removes its temporary directory, so it never eats
+        the space the next attempt needs, and a full disk is reported as such in one line.
+        """
         self.wait()
+        tmp = self.root / f".tmp-step{step:08d}"
+        try:
+            self._save(step, state, meta)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise (_no_space(exc, tmp) or exc) from None
+        except Exception as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            cause = exc
+            while cause is not None and not isinstance(cause, OSError):  # DCP wraps writer errors
+                cause = cause.__cause__ or cause.__context__
+            if isinstance(cause, OSError) and _no_space(cause, tmp):
+                raise _no_space(cause, tmp) from None
+            if "No space left" in str(exc):
+                raise DistlabError(str(_no_space(OSError(errno.ENOSPC, "no space"), tmp))) from None
+            raise
+
+    def _save(self, step: int, state: TrainState, meta: dict | None) -> None:
         final = self.root / f"step{step:08d}"
         tmp = self.root / f".tmp-step{step:08d}"
         if self.rt.is_main:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata as md
 import sys
 from pathlib import Path
 
@@ -19,7 +20,15 @@ COMMAND_GROUPS = [
     ("distlab.doctor", "register"),
     ("distlab.bench", "register"),
     ("distlab.suite.cli", "register"),
+    ("distlab.slurm", "register"),
 ]
+# Commands the core defines itself: for these no recipe is imported, so their help (and `distlab --help`)
+# answers without loading torch. Anything else may come from a recipe's ``register_commands``.
+CORE_COMMANDS = frozenset({"train", "eval", "export", "recipes", "doctor", "bench", "suite", "slurm"})
+# Entry-point group where a package declares the top-level commands its recipe registers (name = the command,
+# value = the Recipe object, as in "distlab.recipes"): a cheap index read from metadata without importing.
+COMMANDS_GROUP = "distlab.commands"
+HELP_FLAGS = ("-h", "--help")
 
 
 def _add_launch_flags(p: argparse.ArgumentParser) -> None:
@@ -77,7 +86,8 @@ def cmd_train(a: argparse.Namespace, extra: list[str]) -> int:
         from distlab.launch import preflight, world_plan
 
         nproc, pinned = world_plan(_launch_opts(a))
-        _, cfg = preflight(a.recipe, a.config, [*pinned, *overrides], nproc * a.nodes)
+        _, cfg = preflight(a.recipe, a.config, [*pinned, *overrides], nproc * a.nodes,
+                           show_only=not a.dry_run)
         print(to_yaml(cfg), end="")
         return 0
     return train(a.recipe, a.config, overrides, _launch_opts(a))
@@ -111,7 +121,13 @@ def cmd_recipes(a: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = "") -> argparse.ArgumentParser:
+    """The ``distlab`` parser; ``command`` (the first word of the command line) decides which recipes load.
+
+    A core command imports no recipe; ``None`` (top-level help) lists recipe commands from their cheap
+    declarations; a declared recipe command loads only its recipe; anything else (``""``, unknown words)
+    loads every recipe, as a recipe outside distlab may register commands it did not declare.
+    """
     p = argparse.ArgumentParser(prog="distlab", description="Train reasoning and RL models on 1 CPU to many GPUs "
                                 "with the same command.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -135,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_recipes)
     data = sub.add_parser("data", help="build datasets (sudoku, maze, arc)")
     data_sub = data.add_subparsers(dest="builder", metavar="BUILDER")
-    _register_recipe_commands(sub, data_sub)
+    if command not in CORE_COMMANDS:
+        _register_recipe_commands(sub, data_sub, command)
     for module, attr in COMMAND_GROUPS:
         try:
             getattr(importlib.import_module(module), attr)(sub)
@@ -144,16 +161,125 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _register_recipe_commands(top, data_sub) -> None:
-    from distlab.recipe import load_recipe, recipe_names
+def declared_commands() -> dict[str, list[md.EntryPoint]]:
+    """Command name -> the recipe entry points that declare it (``distlab.commands``); read without importing."""
+    out: dict[str, list[md.EntryPoint]] = {}
+    for ep in md.entry_points(group=COMMANDS_GROUP):
+        out.setdefault(ep.name, []).append(ep)
+    return out
 
-    for name in recipe_names():
+
+def _register_recipe_commands(top, data_sub, command: str | None = "") -> None:
+    """Add the commands recipes contribute, importing as few recipes (and so as little torch) as possible."""
+    declared = declared_commands()
+    if command is None and declared:  # top-level help: name the commands, import nothing
+        owners = {ep.value: name for name, ep in _recipe_entry_points().items()}
+        for name, eps in sorted(declared.items()):
+            if name == "data":  # a core command whose builders come from recipes: already listed
+                continue
+            by = ", ".join(sorted({owners.get(ep.value, ep.value) for ep in eps}))
+            top.add_parser(name, help=f"added by recipe {by}: distlab {name} --help")
+        return
+    if command in declared:
+        targets = [(ep.value, ep.load) for ep in declared[command]]
+    else:
+        from distlab.recipe import load_recipe, recipe_names
+
+        targets = [(name, lambda name=name: load_recipe(name)) for name in recipe_names()]
+    done: set[str] = set()
+    for key, load in targets:
         try:
-            recipe = load_recipe(name)
+            recipe = load()
         except (DistlabError, ImportError):
             continue
-        if recipe.register_commands is not None:
+        if recipe.register_commands is not None and key not in done:
+            done.add(key)
             recipe.register_commands(top, data_sub)
+
+
+def _recipe_entry_points() -> dict[str, md.EntryPoint]:
+    return {ep.name: ep for ep in md.entry_points(group="distlab.recipes")}
+
+
+def recipe_help(recipe) -> str:
+    """What ``distlab train RECIPE --help`` adds to the flags: the presets and every config key.
+
+    Each key comes with its type, its default and the comment written beside the dataclass field, so
+    the help can never drift from the schema the overrides are checked against.
+    """
+    lines = [f"recipe {recipe.name}: override any key below as key=value (nested keys with dots)", ""]
+    presets = sorted(recipe.presets_dir.glob("*.yaml")) if recipe.presets_dir else []
+    if presets:
+        lines.append("presets (--config NAME):")
+        width = max(len(p.stem) for p in presets)
+        lines += [f"  {p.stem:<{width}}  {_preset_summary(p)}".rstrip() for p in presets]
+        lines.append("")
+    rows = config_rows(recipe.config)
+    lines.append("config keys (type = default  meaning):")
+    kw = max(len(r[0]) for r in rows)
+    for key, typ, default, meaning in rows:
+        text = f"  {key:<{kw}}  {typ} = {default}"
+        lines.append(text + (f"  # {meaning}" if meaning else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _preset_summary(path: Path, limit: int = 110) -> str:
+    """The first sentence of a preset file's leading comment, cut to one line."""
+    words: list[str] = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        words.append(line.lstrip("#").strip())
+    text = " ".join(w for w in words if w)
+    cut = text.find(". ")
+    text = text if cut < 0 else text[:cut + 1]
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
+def config_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(dotted key, type, default, comment) for every leaf of a config dataclass, nested ones flattened."""
+    import dataclasses
+    import enum
+    import typing
+
+    comments = _field_comments(cls)
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # an annotation that cannot be evaluated here: fall back to its text
+        hints = {}
+    rows = []
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            rows += config_rows(type(default), f"{prefix}{f.name}.")
+            continue
+        hint = hints.get(f.name, f.type)
+        if isinstance(default, enum.Enum):
+            typ, shown = "|".join(m.value for m in type(default)), default.value
+        else:
+            typ = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+            shown = "(required)" if default is dataclasses.MISSING else default
+        text = "null" if shown is None else ('""' if shown == "" else str(shown))
+        rows.append((prefix + f.name, typ, text, comments.get(f.name, "")))
+    return rows
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """Field name -> the ``# comment`` on its line, from the class and its dataclass bases."""
+    import inspect
+    import re
+
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            src = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        for line in src.splitlines():
+            m = re.match(r"\s+(\w+)\s*:[^#]*#\s*(.*)$", line)
+            if m and "=" in line.split("#")[0]:
+                out[m.group(1)] = m.group(2).strip()
+    return out
 
 
 def _call(func, a: argparse.Namespace, extra: list[str]):
@@ -171,11 +297,20 @@ def _call(func, a: argparse.Namespace, extra: list[str]):
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        command = argv[0] if argv and not argv[0].startswith("-") else None
         if len(argv) > 1 and argv[0] == "train" and not argv[1].startswith("-"):
             from distlab.recipe import load_recipe
 
-            argv = argv[:2] + _rewrite_aliases(argv[2:], load_recipe(argv[1]).aliases)
-        parser = build_parser()
+            recipe = load_recipe(argv[1])
+            if any(tok in HELP_FLAGS for tok in argv[2:]):
+                try:
+                    build_parser("train").parse_args(["train", "--help"])  # the flags; argparse exits after
+                except SystemExit:
+                    pass
+                print(f"\n{recipe_help(recipe)}", end="")
+                return 0
+            argv = argv[:2] + _rewrite_aliases(argv[2:], recipe.aliases)
+        parser = build_parser(command)
         a, extra = parser.parse_known_args(argv)
         if not getattr(a, "func", None):
             parser.print_help()
@@ -188,6 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("distlab: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a path the user gave cannot be read or written: say which and why, in one line
+        import errno
+
+        where = exc.filename or "a file"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"distlab: error: no space left on device writing {where}; free space or choose another path",
+                  file=sys.stderr)
+        else:
+            print(f"distlab: error: {exc.strerror or exc}: {where}; check the path and its permissions, or choose "
+                  f"another", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

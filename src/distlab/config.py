@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
@@ -24,6 +25,7 @@ class Resume(str, Enum):
     auto = "auto"    # resume if the run directory holds a checkpoint, else start fresh
     never = "never"  # refuse to reuse a run directory that already has checkpoints
     must = "must"    # fail if there is nothing to resume from
+    fresh = "fresh"  # start again from step 0; existing checkpoints are moved aside, never deleted
 
 
 class Wrap(str, Enum):
@@ -242,9 +244,106 @@ def apply_scaling(cfg: Any, world_size: int, batch_keys: tuple[str, ...], lr_key
 
 
 def resolve_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any:
-    """A recipe's schema + presets + overrides -> dataclass instance (DistlabError on any bad input)."""
+    """A recipe's schema + presets + overrides -> dataclass instance (DistlabError on any bad input).
+
+    This is the one place every value passes through (launcher, every rank, doctor, --show-config),
+    so the value checks live here and a bad number never reaches a process that would crash on it.
+    """
     paths = [find_preset(p, recipe.presets_dir) for p in presets]
-    return to_object(compose(recipe.config, paths, overrides))
+    cfg = to_object(compose(recipe.config, paths, overrides))
+    check_values(recipe, cfg)
+    return cfg
+
+
+# Core settings only some recipes act on; a recipe lists the ones it honours in ``Recipe.supports``
+# and any other one set away from its default is refused instead of being silently ignored.
+OPTIONAL_CORE_KEYS = ("dist.grad_accum", "run.time_limit_s", "dist.wrap", "dist.compile")
+
+# Leaf names of numeric keys that count something or scale something, so 0 or less is meaningless.
+# When a recipe's default for such a key is 0, 0 keeps its "off/automatic" meaning and is allowed.
+POSITIVE_KEYS = frozenset({
+    "steps", "epochs", "lr", "every", "global_batch_size", "batch_size", "micro_batch_size", "seq_len", "grad_accum",
+    "base_world_size", "timeout_s", "keep_last", "devices_per_rank", "bucket_mb", "num_examples", "vocab",
+    "d_model", "n_layers", "n_heads", "total_timesteps", "num_envs", "num_steps", "num_minibatches",
+    "update_epochs", "prompts_per_step", "num_generations", "num_iterations", "logprob_chunk", "dim", "actions",
+    "train_size", "test_size", "workers", "sft_lr", "critic_lr", "max_new_tokens", "hidden_size",
+})
+DIST_BACKENDS = ("auto", "nccl", "gloo")
+DIST_DEVICES = ("auto", "cpu", "cuda")
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
+MAX_RUN_NAME = 120  # directory names have to fit filesystems, SLURM job names and log lines
+
+
+def _numbers(obj: Any, prefix: str = ""):
+    """``(dotted key, value)`` for every int/float leaf of a config dataclass (bools excluded)."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        key = prefix + f.name
+        if is_dataclass(value):
+            yield from _numbers(value, key + ".")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield key, value
+
+
+def _bad(key: str, value: Any, rule: str, default: Any) -> DistlabError:
+    return DistlabError(f"{key}={value} is invalid: it must be {rule} (default {key}={default})")
+
+
+def check_values(recipe: Any, cfg: Any) -> None:
+    """Reject values no recipe can run with, by rule rather than case by case.
+
+    A number is refused when it is NaN or infinite, negative where the schema's default is not, or
+    not positive where it counts or scales something (:data:`POSITIVE_KEYS`). Choices the core owns
+    (backend, device), the run name (it becomes a directory) and core settings the recipe would
+    ignore (:data:`OPTIONAL_CORE_KEYS` outside ``Recipe.supports``) are checked too.
+    """
+    try:
+        schema = recipe.config()
+    except TypeError:  # a schema with required fields: only the rules that need no default apply
+        schema = None
+    for key, value in _numbers(cfg):
+        default = _get(schema, key) if schema is not None else None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _bad(key, value, "a finite number", default)
+        if not isinstance(default, (int, float)) or isinstance(default, bool):
+            continue
+        leaf = key.rsplit(".", 1)[-1]
+        if leaf in POSITIVE_KEYS and default > 0 and value <= 0:
+            raise _bad(key, value, "greater than 0", default)
+        if value < 0 <= default:
+            raise _bad(key, value, "0 or more" + (" (0 = off)" if default == 0 else ""), default)
+    d = cfg.dist
+    if d.backend not in DIST_BACKENDS:
+        hint = near_matches(d.backend, DIST_BACKENDS)
+        raise DistlabError(f"dist.backend={d.backend} is not one of {', '.join(DIST_BACKENDS)}"
+                           + (f"; did you mean dist.backend={hint[0]}?" if hint else "; use dist.backend=auto"))
+    if d.device not in DIST_DEVICES:
+        raise DistlabError(f"dist.device={d.device} is not one of {', '.join(DIST_DEVICES)}; use dist.device=auto")
+    if cfg.ckpt.verify not in ("hash", "size"):
+        raise DistlabError(f"ckpt.verify={cfg.ckpt.verify} is not one of hash, size; use ckpt.verify=hash")
+    check_run_name(cfg.run.name)
+    supports = getattr(recipe, "supports", None)
+    if supports is not None and schema is not None:
+        for key in OPTIONAL_CORE_KEYS:
+            if key not in supports and _get(cfg, key) != _get(schema, key):
+                honours = ", ".join(sorted(supports)) or "none of " + ", ".join(OPTIONAL_CORE_KEYS)
+                raise DistlabError(f"recipe '{recipe.name}' ignores {key} (set to {_plain(_get(cfg, key))}); remove "
+                                   f"it (of these core settings it honours: {honours})")
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
+
+
+def check_run_name(name: str | None) -> None:
+    """A run name is one directory under ``run.dir``: no separators, no ``..``, a sane length."""
+    if name is None:
+        return
+    if not name or not RUN_NAME.match(name) or ".." in name:
+        raise DistlabError(f"run.name={name!r} is not a plain directory name; use letters, digits and . _ - + = @ "
+                           f"(no '/', no '..', not starting with '.' or '-'), e.g. run.name=exp1")
+    if len(name) > MAX_RUN_NAME:
+        raise DistlabError(f"run.name is {len(name)} characters long; use at most {MAX_RUN_NAME}")
 
 
 def finalize_config(recipe: Any, cfg: Any, world_size: int) -> tuple[Any, list[dict]]:

@@ -263,6 +263,11 @@ def _late_ranks_message(text: str, label: str, timeout: float) -> str:
     found = re.findall(r"[Rr]anks? ([\d, ]+?) failed", text)
     ranks = sorted({int(r) for group in found for r in re.findall(r"\d+", group)})
     who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "some rank"
+    low = text.lower()
+    if any(w in low for w in ("connection closed", "connection reset", "broken pipe", "connection refused")):
+        # a peer that crashed is gone at once; calling that a timeout sends people chasing slowness
+        return (f"{who} left the job (crashed or was killed) before reaching '{label}'; its own rank<N>.log "
+                f"or stderr has the cause")
     return (f"{who} did not reach '{label}' within {timeout:.0f} s; the job stops instead of hanging "
             f"(raise dist.timeout_s if the step is just slow)")
 

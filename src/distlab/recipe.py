@@ -75,6 +75,9 @@ class Recipe:
     report_metrics: tuple[str, ...] = ()
     percent_metrics: tuple[str, ...] | None = None  # fractions shown in %; None: all of report_metrics
     steps_key: str = "steps"  # config key with the run's length, in the units of metrics.jsonl's "step"
+    # Which of the optional core settings (distlab.config.OPTIONAL_CORE_KEYS) this recipe acts on; the
+    # others are refused at preflight instead of silently ignored. None: not declared, nothing is refused.
+    supports: frozenset[str] | None = None
 
 
 def _targets() -> dict[str, str]:

@@ -97,3 +97,57 @@ def write_manifest(run_dir: Path, data: dict[str, Any]) -> None:
         data = dict(data, previous_starts=old.get("previous_starts", []) + [
             {k: old.get(k) for k in ("started", "world_size", "git_commit", "command")}])
     atomic_write_json(path, data)
+
+
+LOCK_FILE = ".lock"
+LOCK_ENV = "DISTLAB_RUN_LOCK"  # set by the process holding the lock, so its own ranks do not take it again
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``<run>/.lock`` for as long as one job trains in the run directory.
+
+    Two jobs writing the same checkpoints would corrupt each other's resume state, so a second job
+    fails at once and names the holder (pid, host, start time and command are written into the
+    file). The kernel drops the lock when the holder exits or is killed, so a crash never leaves a
+    stale lock behind; the file's text is only information.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fh: Any = None
+
+    def acquire(self) -> RunLock:
+        import fcntl
+
+        from distlab.errors import DistlabError
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = " ".join(fh.read().split()) or "another process"
+            fh.close()
+            raise DistlabError(f"run directory {self.path.parent} is in use by {holder}; wait for that job to "
+                               f"finish (or stop it), or pick another run.name") from None
+        fh.seek(0)
+        fh.truncate()
+        started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        fh.write(f"pid={os.getpid()} host={socket.gethostname()} started={started} "
+                 f"command={os.environ.get('DISTLAB_CMDLINE') or ' '.join(sys.argv)}\n")
+        fh.flush()
+        self._fh = fh
+        os.environ[LOCK_ENV] = str(self.path.resolve())
+        return self
+
+    def held_here(self) -> bool:
+        """True if this process (or the launcher that started it) already holds this run's lock."""
+        return os.environ.get(LOCK_ENV) == str(self.path.resolve())
+
+    def release(self) -> None:
+        if self._fh is not None:
+            self._fh.close()  # closing the only descriptor drops the flock
+            self._fh = None
+            if os.environ.get(LOCK_ENV) == str(self.path.resolve()):
+                del os.environ[LOCK_ENV]

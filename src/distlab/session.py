@@ -26,6 +26,38 @@ from distlab.wrap import autocast, no_sync, set_fast_math, wrap_model
 
 log = logging.getLogger("distlab")
 
+# Signals that ask a rank to checkpoint at the next step boundary and exit: SLURM's warning signal,
+# a scheduler's or ``kill``'s SIGTERM, and Ctrl-C (which a terminal sends to every rank at once).
+STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+_received: list[int] = []  # process-wide, so a signal that lands before the Session exists still counts
+
+
+def _on_stop_signal(signum: int, frame: Any) -> None:  # noqa: ARG001
+    """First signal: remember it (the training loop stops at its next boundary). Second SIGINT/SIGTERM:
+    the user insists, so leave now without a checkpoint rather than ignore them."""
+    # Ctrl-C reaches every rank *and* the launcher, which forwards SIGUSR1: that pair is one request
+    if signum != signal.SIGUSR1 and any(s != signal.SIGUSR1 for s in _received):
+        raise KeyboardInterrupt
+    if not _received:
+        log.warning("received %s: will checkpoint and stop at the next step boundary",
+                    signal.Signals(signum).name)
+    _received.append(signum)
+
+
+def install_stop_handlers() -> None:
+    """Route the stop signals to :func:`_on_stop_signal` (main thread only, as Python requires)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _on_stop_signal)
+
+
+def stop_signal() -> int | None:
+    """The first stop signal this process received, or None."""
+    return _received[0] if _received else None
+
 
 class Session:
     def __init__(self, cfg: Any, rt: Runtime, recipe: str, run_dir: Path, scaling: list[dict] | None = None,
@@ -42,7 +74,6 @@ class Session:
                                     config={"yaml": to_yaml(cfg)} if rt.is_main else None)
         self.state = TrainState()
         self.resumed: dict | None = None
-        self._stop_signal = False
         self._t0 = time.monotonic()
         set_fast_math(rt, cfg.dist.tf32)
 
@@ -83,15 +114,32 @@ class Session:
         return self.state.counters
 
     def restore(self) -> int:
-        """Resume everything registered, per ``run.resume``; returns the step to continue from (0 if fresh)."""
+        """Resume everything registered, per ``run.resume``; returns the step to continue from (0 if fresh).
+
+        Existing checkpoints of which none can be trusted stop the run instead of silently starting
+        over at step 0 and overwriting them: that would discard the evidence and the work.
+        ``run.resume=fresh`` is the explicit way to start again; the old checkpoints are moved aside.
+        """
         resume = Resume(self.cfg.run.resume)
-        has = bool(self.ckpt.steps())
-        if resume == Resume.never and has:
+        steps = self.ckpt.steps()
+        if resume == Resume.never and steps:
             raise DistlabError(f"{self.run_dir} already has checkpoints and run.resume=never; pick another "
-                               f"run.name or use run.resume=auto")
+                               f"run.name, or use run.resume=auto to continue or run.resume=fresh to start over")
+        if resume == Resume.fresh:
+            if steps and self.rt.is_main:
+                aside = self.ckpt.discard_all()
+                log.warning("run.resume=fresh: moved %d old checkpoint(s) to %s", len(steps), aside)
+            self.rt.barrier("fresh start")
+            return 0
         if resume == Resume.never:
             return 0
         meta = self.ckpt.restore(self.state)
+        if meta is None and steps:
+            problems = self.rt.broadcast_object(
+                "; ".join(f"{d.name}: {self.ckpt.problem(d)}" for d in steps) if self.rt.is_main else None)
+            raise DistlabError(f"every checkpoint in {self.ckpt.root} is unusable ({problems}); refusing to start "
+                               f"over them. Restore them, or start again from step 0 with run.resume=fresh "
+                               f"(the old ones are kept aside)")
         if meta is None and resume == Resume.must:
             raise DistlabError(f"run.resume=must but {self.ckpt.root} holds no usable checkpoint")
         self.resumed = meta
@@ -113,13 +161,12 @@ class Session:
 
     # -- preemption ------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
-        """SIGUSR1 (SLURM's warning signal) asks for a checkpoint at the next step boundary."""
+        """SIGUSR1/SIGTERM/SIGINT ask for a checkpoint at the next step boundary (see :data:`STOP_SIGNALS`)."""
+        install_stop_handlers()
 
-        def handler(signum, frame):  # noqa: ARG001
-            self._stop_signal = True
-            log.warning("received signal %d: will checkpoint and stop at the next step", signum)
-
-        signal.signal(signal.SIGUSR1, handler)
+    @property
+    def _stop_signal(self) -> bool:
+        return stop_signal() is not None
 
     def stop_check(self, step: int) -> tuple[bool, bool]:
         """``(stop_requested, time_up)``, agreed by all ranks in one collective per step.
@@ -138,6 +185,11 @@ class Session:
     # -- end --------------------------------------------------------------------------------
     def finish(self, summary: dict) -> None:
         self.ckpt.wait()
+        # any rank may have been the one signalled; every rank learns which signal it was
+        signum = next((x for x in self.rt.all_gather_object(stop_signal()) if x is not None), None)
+        if signum is not None and summary.get("status") == "preempted":
+            # said in the summary so that scripts and requeue logic can tell a signal from run.stop_at
+            summary["stopped_by"] = signal.Signals(signum).name
         if self.rt.is_main:
             atomic_write_json(self.run_dir / "summary.json", summary)
         self.metrics.close()

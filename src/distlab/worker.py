@@ -21,10 +21,45 @@ from distlab.dist import init_runtime, shutdown
 from distlab.errors import DistlabError
 from distlab.logs import setup_logging
 from distlab.recipe import Recipe, load_recipe
-from distlab.rundir import checkpoints_dir, eval_dir, manifest, write_manifest
-from distlab.session import Session
+from distlab.rundir import RunLock, checkpoints_dir, eval_dir, manifest, write_manifest
+from distlab.session import Session, install_stop_handlers, stop_signal
 
 log = logging.getLogger("distlab")
+_HELD: list[RunLock] = []  # the run lock lives as long as this process
+LAUNCHER_PID_ENV = "DISTLAB_LAUNCHER_PID"
+PEER_LOST = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe", "connection refused",
+             "did not reach", "left the job", "peer")
+
+
+def die_with_parent() -> None:
+    """Make the kernel kill this rank when its launcher dies, however it dies (SIGKILL included).
+
+    Without this a rank whose torchrun/distlab parent was killed is re-parented to PID 1 and keeps
+    training unattended, holding GPUs and writing into the run. ``PR_SET_PDEATHSIG`` is Linux-only;
+    elsewhere a watchdog thread polls the parent pid instead.
+    """
+    import signal
+    import threading
+
+    parent = int(os.environ.get(LAUNCHER_PID_ENV, "0") or 0) or os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):
+        def watch() -> None:
+            import time
+
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="distlab-parent-watch", daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(1)
 
 
 def start_session(recipe: Recipe, presets: list[str], overrides: list[str], eval_output: Path | None = None
@@ -40,6 +75,10 @@ def start_session(recipe: Recipe, presets: list[str], overrides: list[str], eval
     payload = rt.broadcast_object(payload)
     cfg = to_object(OmegaConf.merge(OmegaConf.structured(recipe.config), OmegaConf.create(payload[0])))
     run_dir = Path(cfg.run.dir) / cfg.run.name if eval_output is None else Path(eval_output)
+    if rt.is_main and eval_output is None:
+        lock = RunLock(run_dir)
+        if not lock.held_here():  # started by srun/torchrun directly: no distlab launcher holds it for us
+            _HELD.append(lock.acquire())
     if rt.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
@@ -63,7 +102,6 @@ def run(recipe_name: str, presets: list[str], overrides: list[str], eval_checkpo
     if eval_checkpoint is not None and eval_output is None:
         eval_output = eval_dir(eval_checkpoint)
     session = start_session(recipe, presets, overrides, eval_output)
-    session.install_signal_handlers()
     try:
         if eval_checkpoint is not None:
             result = _evaluate(recipe, session, eval_checkpoint)
@@ -115,18 +153,61 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one rank; the exit status says how it ended (0 done, 2 user error, 1 crash, 128+N stopped by signal N).
+
+    Every failure leaves one line on stderr and, once the rank has a log, an ``exit:`` line in
+    ``rank<R>.log`` that the launcher reads to say which rank failed first and why.
+    """
     a = _parse(list(sys.argv[1:] if argv is None else argv))
     rank = os.environ.get("RANK", "0")
+    if os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get(LAUNCHER_PID_ENV):
+        die_with_parent()
+    install_stop_handlers()  # before anything slow, so an early SIGTERM still ends in a clean stop
     try:
-        run(a.recipe, a.config, a.overrides, a.eval_checkpoint, a.eval_output)
-        return 0
+        result = run(a.recipe, a.config, a.overrides, a.eval_checkpoint, a.eval_output)
     except DistlabError as exc:
-        print(f"distlab: error: {exc}", file=sys.stderr)
-        return 2
-    except Exception:
+        return _fail(rank, "error", str(exc), 2)
+    except KeyboardInterrupt:
+        return _fail(rank, "interrupted", "stopped by a second signal before a checkpoint could be taken", 130)
+    except OSError as exc:
+        from distlab.checkpoint import _no_space
+
+        nospace = _no_space(exc, Path(exc.filename or "the run directory"))
+        text = str(nospace) if nospace else f"{exc.strerror or exc}: {exc.filename or ''}".strip()
+        return _fail(rank, "error", text, 2 if nospace else 1)
+    except Exception as exc:
         log.error("rank %s failed:\n%s", rank, traceback.format_exc())
-        print(f"distlab: rank {rank} failed: {traceback.format_exc().strip().splitlines()[-1]}", file=sys.stderr)
-        return 1
+        last = traceback.format_exc().strip().splitlines()[-1]
+        kind = "peer" if any(w in str(exc).lower() for w in PEER_LOST) else "crash"
+        return _fail(rank, kind, last, 1)
+    signum = stop_signal()
+    if signum is not None and isinstance(result, dict) and result.get("status") == "preempted":
+        import signal
+
+        name = signal.Signals(signum).name
+        msg = (f"stopped by {name} at step {result.get('step')}; checkpoint saved, rerun the same command to resume")
+        if rank == "0" and not os.environ.get(LAUNCHER_PID_ENV):
+            print(f"distlab: {msg}", file=sys.stderr)
+        _to_rank_log(rank, f"exit: preempted: {msg}")
+        # under the distlab launcher a clean stop exits 0 so torchrun does not restart it; the launcher
+        # reads summary.json and returns 128+N itself
+        return 0 if os.environ.get(LAUNCHER_PID_ENV) else 128 + signum
+    return 0
+
+
+def _to_rank_log(rank: str, text: str) -> None:
+    """Write a line into ``rank<R>.log`` only (not the console), if this rank has a log yet."""
+    for h in log.handlers:
+        if getattr(h, "baseFilename", "").endswith(f"rank{rank}.log"):
+            h.handle(log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (text,), None))
+
+
+def _fail(rank: str, kind: str, text: str, code: int) -> int:
+    """One line for the user, one ``exit:`` line in the rank log for the launcher's diagnosis."""
+    _to_rank_log(rank, f"exit: {kind}: {text}")
+    prefix = "distlab: error:" if kind == "error" and rank == "0" else f"distlab: rank {rank}:"
+    print(f"{prefix} {text}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,29 +1,6 @@
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-
-def run_cli(args: list[str], cwd: Path, timeout: float = 300, check: bool = True, env: dict | None = None):
-    """Run the real ``distlab`` command in a subprocess (as a user would)."""
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **(env or {}))
-    proc = subprocess.run([sys.executable, "-m", "distlab.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"distlab {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-def losses(run_dir: Path) -> list[float]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r["loss"] for r in rows if r["split"] == "train"]
+from clitools import losses, run_cli, summary  # noqa: F401  (re-exported for older imports)
 
 
 @pytest.fixture

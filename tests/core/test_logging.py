@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from clitools import run_cli
 
 
 def test_tensorboard_and_offline_wandb_sinks(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import run_cli, summary
+from clitools import run_cli, summary
 from distlab.config import DistConfig
 from distlab.errors import DistlabError
 from distlab.placement import offload, soft_update_, validate_placement

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import losses, run_cli, summary
+from clitools import losses, run_cli, summary
 
 COMMON = ["steps=12", "log.every=1", "num_examples=256", "global_batch_size=16", "d_model=32", "eval_examples=64"]
 

@@ -57,7 +57,7 @@ def test_memory_section_compares_against_ram(report) -> None:
 
 def test_exit_code_follows_worst_severity(report) -> None:
     severities = {f["severity"] for f in report["findings"]}
-    expected = 3 if "error" in severities else 1 if "warn" in severities else 0
+    expected = 3 if "error" in severities else 0  # warnings alone do not fail the command
     assert report["exit_code"] == expected
 
 

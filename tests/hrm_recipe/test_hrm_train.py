@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
-from conftest import run_cli  # noqa: E402
+from clitools import run_cli  # noqa: E402
 
 TINY = ["data.build=sudoku", "data.train_size=64", "data.test_size=24", "data.workers=1", "data.blanks=10",
         "global_batch_size=8", "steps=6", "log.every=1", "arch.hidden_size=32", "arch.num_heads=2",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
-from conftest import run_cli  # noqa: E402
+from clitools import run_cli  # noqa: E402
 
 MARKET = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "market"
 

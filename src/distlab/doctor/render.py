@@ -142,5 +142,7 @@ def render(report: dict[str, Any], console: Console | None = None) -> None:
         if section is not None:
             console.print(section)
     code = report["exit_code"]
-    verdict = {0: "[green]all checks passed[/]", 1: "[yellow]warnings only[/]"}.get(code, "[red]errors found[/]")
+    warned = any(f["severity"] == "warn" for f in report["findings"])
+    verdict = ("[red]errors found[/]" if code else "[yellow]no errors, see the warnings above[/]" if warned
+               else "[green]all checks passed[/]")
     console.print(f"doctor: {verdict} (exit {code})")

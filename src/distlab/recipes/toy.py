@@ -216,4 +216,5 @@ def validate(cfg: ToyConfig, world_size: int) -> None:
 
 RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_batch_size",), lr_keys=("lr",),
                 validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
-                report_metrics=("token_accuracy", "loss"), percent_metrics=("token_accuracy",))
+                report_metrics=("token_accuracy", "loss"), percent_metrics=("token_accuracy",),
+                supports=frozenset({"dist.grad_accum", "dist.wrap", "dist.compile"}))

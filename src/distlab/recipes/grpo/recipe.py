@@ -46,4 +46,5 @@ def register_commands(top, data_subparsers) -> None:  # noqa: ARG001
 RECIPE = Recipe(name="grpo", config=GRPOConfig, train=train, presets_dir=PRESETS, batch_keys=("prompts_per_step",),
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 register_commands=register_commands, aliases=ALIASES,
-                report_metrics=("pass@1", "sampled_pass@1", "reward_mean"))
+                report_metrics=("pass@1", "sampled_pass@1", "reward_mean"),
+                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile"}))

@@ -19,10 +19,10 @@ class ModelConfig:
 class TaskConfig:
     train: str = "synthetic"  # synthetic | mbpp
     train_split: str = "train"
-    train_size: int = 512  # synthetic: tasks drawn; mbpp: first N of the split (0 = all)
+    train_size: int = 0  # mbpp/humaneval: first N of the split (0 = all); synthetic: tasks generated (0 = 512)
     eval: str = "synthetic"  # synthetic | mbpp | humaneval
     eval_split: str = "eval"
-    eval_size: int = 64
+    eval_size: int = 0  # as train_size; synthetic: 0 = 64
     families: str = ""  # synthetic families, comma-separated ("" = the split's default families)
     eval_families: str = ""
     mbpp_dir: str = "../shared/data/mbpp"

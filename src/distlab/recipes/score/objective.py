@@ -7,8 +7,10 @@ One episode is ``x | y1 | hint, instruction | y2``; rewards r1 = r(y1), r2 = r(y
 * Stage II maximises r1 + r2 + alpha (r2 - r1) - beta1 KL: turn rewards (r1, r2 + alpha (r2 - r1)),
   so the bonus sits on turn 2's reward only, and every policy token carries beta1.
 
-Turn returns are R1 = rew1 + gamma rew2 and R2 = rew2 (in stage I turn 1 is still trained on r2: y2
-depends on y1, and the paper's stage-I objective is an expectation over both turns). Per token:
+Turn returns are R1 = rew1 + gamma rew2 and R2 = rew2. With the default gamma = 0 each turn is credited
+with its own reward: in stage I turn 1 then gets no reward gradient and stays at its KL anchor, and in
+stage II the bonus reaches turn 2 only. gamma = 1 credits turn 1 with the whole episode, including
+-alpha r1 from the bonus, which rewards a wrong first attempt when alpha > 1 (see ``config.py``). Per token:
 ``l = -min(rho A, clip(rho, 1 - eps, 1 + eps) A) + w KL`` on y1 and y2 tokens only, with A the token's
 turn advantage and w its KL weight; prompt, hint, instruction and template tokens get no term at all.
 ``turn`` aggregation averages each turn's tokens, then averages over all (episode, turn) segments of
