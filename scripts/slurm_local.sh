@@ -1,9 +1,11 @@
 #!/bin/bash
 # A real single-node SLURM cluster on this machine (root only), for testing generated sbatch scripts.
 #
-#   scripts/slurm_local.sh start DIR   install slurm-wlm + munge if missing, write DIR/slurm.conf, start munged,
-#                                      slurmctld and slurmd, wait until the node is idle; prints
-#                                      'export SLURM_CONF=DIR/slurm.conf' (client commands need it)
+#   scripts/slurm_local.sh install DIR install slurm-wlm + munge with apt-get if missing (root; the only action
+#                                      that changes the system: .ci/run does it, the tests never do)
+#   scripts/slurm_local.sh start DIR   write DIR/slurm.conf, start munged, slurmctld and slurmd, wait until the
+#                                      node is idle; prints 'export SLURM_CONF=DIR/slurm.conf' (client commands
+#                                      need it). Exits 3 when SLURM is not installed.
 #   scripts/slurm_local.sh stop DIR    stop the daemons started from DIR
 #
 # Everything (config, munge key/socket, state, spool, logs) lives under DIR, nothing is written to /etc, so
@@ -11,7 +13,7 @@
 # moved with SLURMCTLD_PORT / SLURMD_PORT.
 set -euo pipefail
 
-usage() { echo "usage: $0 start|stop|status DIR" >&2; exit 2; }
+usage() { echo "usage: $0 install|start|stop|status DIR" >&2; exit 2; }
 [ $# -eq 2 ] || usage
 ACTION=$1
 DIR=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -20,10 +22,12 @@ export SLURM_CONF=$CONF
 
 log() { echo "[slurm_local] $*" >&2; }
 
+installed() {
+  command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null
+}
+
 install_packages() {
-  if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; then
-    return
-  fi
+  installed && return
   [ "$(id -u)" = 0 ] || { log "slurm is not installed and installing it needs root"; exit 3; }
   command -v apt-get >/dev/null || { log "slurm is not installed and apt-get is not available"; exit 3; }
   log "installing slurm-wlm and munge with apt-get"
@@ -121,9 +125,12 @@ stop_daemons() {
 }
 
 case "$ACTION" in
+  install)
+    install_packages
+    ;;
   start)
     [ "$(id -u)" = 0 ] || { log "a local cluster needs root (slurmd runs jobs as their users)"; exit 3; }
-    install_packages
+    installed || { log "slurm is not installed; install it with: $0 install DIR (or apt-get install slurm-wlm munge)"; exit 3; }
     write_config
     start_munge
     slurmctld -i -f "$CONF"

@@ -1,9 +1,11 @@
 """Pytest fixture ``slurm``: a real single-node SLURM cluster (munged + slurmctld + slurmd) for this session.
 
-Import it from a conftest (``from slurm_cluster import slurm``). It needs root (and apt-get when SLURM is not
-installed yet); otherwise the tests using it are skipped, unless ``DISTLAB_REQUIRE_SLURM`` is set, which turns
-the skip into a failure so CI cannot silently lose them. Start-up takes about a second when the packages
-are installed (apt-get update + install adds 10-60 s the first time).
+Import it from a conftest (``from slurm_cluster import slurm``). It needs root and an installed SLURM
+(``slurm-wlm`` and ``munge``); the tests never install anything: ``.ci/run`` does, or
+``scripts/slurm_local.sh install DIR``. Without them the tests using it are skipped with the reason shown
+(``pytest -rs``), unless ``DISTLAB_REQUIRE_SLURM=1`` (set by CI), which turns the skip into a failure so CI
+cannot silently lose them. The daemons run from a temporary folder, write nothing outside it and are stopped
+at the end of the session. Start-up takes about a second.
 """
 
 from __future__ import annotations
@@ -90,17 +92,23 @@ def unavailable_reason() -> str | None:
         return "a local SLURM cluster needs Linux"
     if os.geteuid() != 0:
         return "a local SLURM cluster needs root (slurmd runs jobs as their users)"
-    installed = all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "sbatch"))
-    if not installed and not shutil.which("apt-get"):
-        return "SLURM is not installed and apt-get is not available to install it"
+    missing = [b for b in ("slurmctld", "slurmd", "munged", "sbatch") if not shutil.which(b)]
+    if missing:
+        return (f"SLURM is not installed (no {', '.join(missing)}); the tests do not install it: run "
+                f"`scripts/slurm_local.sh install /tmp/slurm` or `apt-get install slurm-wlm munge` as root")
     return None
+
+
+def require_slurm() -> bool:
+    """CI sets ``DISTLAB_REQUIRE_SLURM=1``: a missing cluster is then a failure, not a skip."""
+    return os.environ.get("DISTLAB_REQUIRE_SLURM", "") not in ("", "0")
 
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     reason = unavailable_reason()
     if reason:
-        if os.environ.get("DISTLAB_REQUIRE_SLURM"):
+        if require_slurm():
             pytest.fail(f"DISTLAB_REQUIRE_SLURM is set but {reason}")
         pytest.skip(reason)
     root = tmp_path_factory.mktemp("slurm")
@@ -110,8 +118,8 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
                          timeout=900)
     cluster = SlurmCluster(root, root / "slurm.conf", time.monotonic() - t0)
     try:
-        if res.returncode == 3 and not os.environ.get("DISTLAB_REQUIRE_SLURM"):
-            pytest.skip(f"SLURM could not be installed: {res.stderr.strip()[-500:]}")
+        if res.returncode == 3 and not require_slurm():
+            pytest.skip(f"the local SLURM cluster cannot start here: {res.stderr.strip()[-500:]}")
         if res.returncode != 0:
             pytest.fail(f"could not start the local SLURM cluster (exit {res.returncode}): {res.stderr[-2000:]}")
         yield cluster

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -42,8 +43,26 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         os.fsync(f.fileno())
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every NaN or infinity replaced by ``None``, so that ``json.dumps`` writes real JSON.
+
+    Python's json writes ``NaN``/``Infinity``, which strict readers (jq, JavaScript, most dashboards) reject;
+    a metric that has no value (a norm not computed, a ratio of nothing) is ``null`` instead.
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "item") and getattr(obj, "ndim", None) == 0:  # a numpy or torch scalar
+        return json_safe(obj.item())
+    return obj
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    text = json.dumps(json_safe(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
+    atomic_write_text(path, text + "\n")
 
 
 def atomic_save_figure(fig: Any, path: str | os.PathLike, **savefig_kw: Any) -> Path:

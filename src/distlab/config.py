@@ -162,6 +162,9 @@ def compose(cls: type, presets: list[Path] = (), overrides: list[str] = ()) -> D
             data = OmegaConf.load(p)
         except Exception as exc:  # yaml errors carry multi-line messages
             raise DistlabError(f"cannot read config file {p}: {str(exc).splitlines()[0]}") from None
+        if not isinstance(data, DictConfig):
+            raise DistlabError(f"config file {p} holds a {type(data).__name__.replace('Config', '').lower()}, not a "
+                               f"mapping; write it as key: value lines (e.g. steps: 100)")
         try:
             cfg = OmegaConf.merge(cfg, data)
         except OmegaConfBaseException as exc:

@@ -237,10 +237,21 @@ def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: 
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
     # torchrun would turn SIGTERM/SIGINT into an exception that kills the ranks without a checkpoint;
     # leave it only the signals that should end the job at once, and handle the stop signals here
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGHUP,SIGQUIT"
     forward = _Forwarder()
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
-    args = get_args_parser().parse_args(torchrun_args(nproc, opts, worker_args))
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler as sh
+
+    original_close = sh.SubprocessHandler.close
+
+    def close_now(self, death_sig=None) -> None:  # noqa: ARG001
+        """torchrun ends surviving ranks with SIGTERM and waits 30 s; our ranks treat SIGTERM as "checkpoint
+        at the next step", and a SIGSTOPped rank cannot act on it at all, so after a failure end them now."""
+        original_close(self, signal.SIGKILL)
+
+    sh.SubprocessHandler.close = close_now
+    argv = torchrun_args(nproc, opts, worker_args)
+    argv.insert(0, "--signals-to-handle=SIGHUP,SIGQUIT")
+    args = get_args_parser().parse_args(argv)
     try:
         torchrun(args)
     except ChildFailedError as exc:
@@ -256,6 +267,7 @@ def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         os.environ.pop(LAUNCHER_PID_ENV, None)
+        sh.SubprocessHandler.close = original_close
     return _preempted(run_dir, forward.first) or 0
 
 
@@ -270,6 +282,10 @@ def _preempted(run_dir: Path, signum: int | None) -> int:
     name = summary.get("stopped_by")
     if summary.get("status") != "preempted" or (name is None and signum is None):
         return 0
+    if signum is not None and name != signal.Signals(signum).name:  # the ranks saw the forwarded SIGUSR1
+        from distlab.atomic import atomic_write_json
+
+        atomic_write_json(run_dir / "summary.json", dict(summary, stopped_by=signal.Signals(signum).name))
     signum = signum or int(getattr(signal, name, signal.SIGTERM))
     print(f"distlab: run preempted by {signal.Signals(signum).name} at step {summary.get('step')}; checkpoint "
           f"saved in {run_dir}/checkpoints; rerun the same command to resume", file=sys.stderr)

@@ -6,6 +6,7 @@ to offline mode so a cluster without internet still records everything.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from distlab.atomic import json_safe
 from distlab.errors import DistlabError
 
 log = logging.getLogger("distlab")
@@ -73,10 +75,10 @@ class MetricLogger:
     def log(self, step: int, metrics: dict[str, Any], split: str = "train") -> None:
         if not self.enabled:
             return
-        row = {"step": step, "split": split, "time": time.time(), **metrics}
-        self._f.write(json.dumps(row, default=float) + "\n")
+        row = json_safe({"step": step, "split": split, "time": time.time(), **metrics})  # NaN -> null: real JSON
+        self._f.write(json.dumps(row, default=float, allow_nan=False) + "\n")
         self._f.flush()
-        scalars = {f"{split}/{k}": v for k, v in metrics.items() if isinstance(v, (int, float))}
+        scalars = {f"{split}/{k}": v for k, v in row.items() if k in metrics and isinstance(v, (int, float))}
         if self._tb is not None:
             for k, v in scalars.items():
                 self._tb.add_scalar(k, v, step)
@@ -173,3 +175,30 @@ class Throughput:
             out["mfu"] = self._flops / dt / (self.peak * self.world_size)
         self._t, self._ex, self._tok, self._flops = now, 0.0, 0.0, 0.0
         return out
+
+
+def metrics_table(title: str, metrics: dict[str, Any]) -> str:
+    """The numeric entries of ``metrics`` as a two-column text table (rich), for a person to read.
+
+    Nested values (per-difficulty rows, task lists) and booleans are left out: they have their own files.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=True, header_style="bold", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        text = "n/a" if isinstance(value, float) and value != value else (
+            f"{value:.4g}" if isinstance(value, float) else str(value))
+        table.add_row(key, text)
+    console = Console(width=100, record=True, file=io.StringIO(), color_system=None)
+    console.print(table)
+    return console.export_text().rstrip()
+
+
+def log_metrics_table(title: str, metrics: dict[str, Any]) -> None:
+    """Log :func:`metrics_table` as one record, so the console and the run's log files get the same table."""
+    log.info("%s", "\n" + metrics_table(title, metrics))

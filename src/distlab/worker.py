@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from distlab.config import finalize_config, resolve_config, to_object, to_yaml
 from distlab.dist import init_runtime, shutdown
 from distlab.errors import DistlabError
-from distlab.logs import setup_logging
+from distlab.logs import log_metrics_table, setup_logging
 from distlab.recipe import Recipe, load_recipe
 from distlab.rundir import RunLock, checkpoints_dir, eval_dir, manifest, write_manifest
 from distlab.session import Session, install_stop_handlers, stop_signal
@@ -126,7 +126,7 @@ def _evaluate(recipe: Recipe, session: Session, ckpt: Path) -> dict:
 
         out = session.run_dir / "eval.json"
         atomic_write_json(out, {"checkpoint": str(ckpt), **metrics})
-        log.info("eval of %s: %s", ckpt.name, {k: v for k, v in metrics.items() if isinstance(v, float)})
+        log_metrics_table(f"eval of {ckpt.name}", metrics)
     session.metrics.close()
     return metrics
 

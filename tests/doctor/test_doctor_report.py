@@ -43,7 +43,9 @@ def test_gloo_bandwidth_is_measured_and_plausible(report) -> None:
     for r in bw["results"]:
         assert r["correct"] and r["seconds"] > 0
         assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / r["seconds"] / 1e9)
-        assert 1e-4 < r["algbw_gbps"] < 1e3  # between 100 kB/s and 1 TB/s on any CPU
+        # gloo over loopback moves real bytes through memory: slower than 10 MB/s means the test measured
+        # something else (a stall, a wrong size), faster than 50 GB/s exceeds what one host's memory delivers
+        assert 1e-2 < r["algbw_gbps"] < 50
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2)
 
 
@@ -136,3 +138,19 @@ def test_scaling_results_are_found_in_distributed_results(tmp_path, monkeypatch)
     rep = collect_report(bandwidth=False)
     assert [r["speedup"] for r in rep["speedup"]["measured"]] == pytest.approx([1.0, 1.8])
     assert rep["speedup"]["source"].endswith("ppo.json")
+
+
+def test_cli_on_a_one_process_recipe_config_exits_0_and_advises_for_one_process(tmp_path) -> None:
+    """The README's demo runs one process: the doctor sizes that run and does not talk about two."""
+    from clitools import run_cli
+
+    proc = run_cli(["doctor", "--json", "--no-bandwidth", "--recipe", "hrm", "--config", "demo-sudoku"], tmp_path,
+                   check=False)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == out["exit_code"]
+    if not any(f["severity"] == "error" for f in out["findings"]):
+        assert proc.returncode == 0  # warnings alone never fail the command
+    if not out["gpus"]:
+        assert out["memory"]["device"] == "CPU RAM of 1 process"
+        assert out["memory"]["capacity_bytes"] == out["host"]["ram_available_bytes"]
+        assert not any("2 gloo" in r or "2 processes" in r for r in out["recommendations"]), out["recommendations"]

@@ -50,8 +50,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-bandwidth", dest="bandwidth", action="store_false", help="skip the all-reduce test")
     p.add_argument("--bandwidth-mb", type=int, default=64, metavar="N",
                    help="largest all-reduce message in MiB (sizes 1, 16, 64 up to N; default 64)")
-    p.add_argument("--procs", type=int, default=2, metavar="N",
-                   help="CPU gloo processes for the bandwidth test when there is no GPU (default 2)")
+    p.add_argument("--procs", type=int, default=None, metavar="N",
+                   help="CPU processes the training will use, as in `distlab train --procs N` (default: 1 with "
+                        "--recipe, as train uses; 2 otherwise); the bandwidth test uses at least 2")
     p.add_argument("--scaling-file", type=Path, default=None, metavar="PATH",
                    help="a `distlab bench scaling` result (default: newest distributed_results/*.json)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",

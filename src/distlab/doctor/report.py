@@ -63,7 +63,7 @@ def _memory_plan(model: ModelSpec | list[ModelSpec] | None, gpus: list[dict[str,
                            device=f"GPU {tight['index']} ({tight['name']}, least free)")
     ram = host["ram_available_bytes"] or 0
     return plan_memory(model, capacity_bytes=ram // procs, world_size=procs,
-                       device=f"CPU RAM shared by {procs} processes")
+                       device="CPU RAM of 1 process" if procs == 1 else f"CPU RAM shared by {procs} processes")
 
 
 def _speedup(scaling_file: Path | None) -> tuple[dict[str, Any], list[checks.Finding]]:
@@ -86,9 +86,14 @@ def _exit_code(findings: list[checks.Finding]) -> int:
 
 def collect_report(*, bandwidth: bool = True, model: ModelSpec | None = None, scaling_file: Path | None = None,
                    procs: int = 2, bandwidth_mb: int = 64, timeout_s: float = 60.0,
-                   env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Run every check and return the report object that ``--json`` prints."""
+                   env: Mapping[str, str] | None = None, train_procs: int | None = None) -> dict[str, Any]:
+    """Run every check and return the report object that ``--json`` prints.
+
+    ``procs`` CPU processes run the all-reduce test; ``train_procs`` (default ``procs``) is the number the
+    training will use on CPU, so the memory plan and the advice describe that run and not the test's.
+    """
     _validate(bandwidth_mb, procs, timeout_s)
+    train_procs = procs if train_procs is None else max(1, train_procs)
     env = os.environ if env is None else env
     versions = checks.collect_versions()
     host = checks.collect_host()
@@ -101,7 +106,7 @@ def collect_report(*, bandwidth: bool = True, model: ModelSpec | None = None, sc
     if probe["error"]:
         findings.append(checks.Finding("error", "gpu_probe_failed", f"probing the GPUs failed: {probe['error']}",
                                        "run `nvidia-smi`; a hung or crashed driver needs a reset or reboot"))
-    ranks = checks.world_size_for(len(gpus), procs)
+    ranks = checks.world_size_for(len(gpus), train_procs)
     findings += checks.check_backends(versions, len(gpus))
     findings += checks.check_cuda_visible_devices(env, len(gpus), physical)
     findings += checks.check_master_port(env)
@@ -112,7 +117,7 @@ def collect_report(*, bandwidth: bool = True, model: ModelSpec | None = None, sc
     findings += checks.check_p2p(probe["p2p"])
     bw = _bandwidth(bandwidth, len(gpus), versions["nccl_available"], procs, bandwidth_mb, timeout_s)
     findings += checks.check_bandwidth(bw)
-    memory = _memory_plan(model, gpus, host, procs)
+    memory = _memory_plan(model, gpus, host, train_procs)
     findings += checks.check_memory(memory)
     speedup, problem = _speedup(scaling_file)
     findings += problem
@@ -121,17 +126,17 @@ def collect_report(*, bandwidth: bool = True, model: ModelSpec | None = None, sc
         "schema": 1, "versions": versions, "host": host, "gpus": gpus, "topology": topology,
         "bandwidth": bw, "memory": memory, "speedup": speedup,
         "findings": [f.to_dict() for f in findings],
-        "recommendations": checks.recommendations(findings, len(gpus), procs, memory),
+        "recommendations": checks.recommendations(findings, len(gpus), train_procs, memory),
         "exit_code": _exit_code(findings),
     }
 
 
 def run_doctor(*, json_out: bool, bandwidth: bool = True, model: ModelSpec | None = None,
                scaling_file: Path | None = None, procs: int = 2, bandwidth_mb: int = 64,
-               timeout_s: float = 60.0) -> int:
+               timeout_s: float = 60.0, train_procs: int | None = None) -> int:
     """Print the report (rich, or one JSON object) and return the exit code described above."""
     report = collect_report(bandwidth=bandwidth, model=model, scaling_file=scaling_file, procs=procs,
-                            bandwidth_mb=bandwidth_mb, timeout_s=timeout_s)
+                            bandwidth_mb=bandwidth_mb, timeout_s=timeout_s, train_procs=train_procs)
     if json_out:
         print(json.dumps(report, indent=2))
     else:
@@ -161,6 +166,9 @@ def run_from_args(args: argparse.Namespace, extra: list[str] | None = None, mode
         model = recipe_model_spec(args.recipe, list(extra or []), args.config)
     elif extra:
         raise DistlabError(f"unexpected arguments {' '.join(extra)}; overrides need --recipe NAME")
+    # The advice is about the run being planned: `distlab train R` without --procs is one process, so a
+    # --recipe check without --procs is too; the all-reduce test always needs at least two.
+    train_procs = args.procs if args.procs is not None else (1 if getattr(args, "recipe", None) else 2)
     return run_doctor(json_out=args.json_out, bandwidth=args.bandwidth, model=model,
-                      scaling_file=args.scaling_file, procs=args.procs, bandwidth_mb=args.bandwidth_mb,
-                      timeout_s=args.timeout)
+                      scaling_file=args.scaling_file, procs=max(2, train_procs), bandwidth_mb=args.bandwidth_mb,
+                      timeout_s=args.timeout, train_procs=train_procs)

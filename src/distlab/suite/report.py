@@ -30,7 +30,7 @@ from distlab.suite.stats import (DEFAULT_MILESTONES, Summary, compare, curve_ban
 
 ALPHA = 0.05
 # logged beside eval metrics by the core or used by the report's own sections: never a headline metric
-BOOKKEEPING = frozenset({"step", "time", "time_s", "flops", "gpu_seconds", "wall_s"})
+BOOKKEEPING = frozenset({"step", "time", "time_s", "flops", "gpu_seconds", "device_seconds", "wall_s"})
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,10 @@ def _efficiency(runs: list[RunData], thresholds: tuple[float, ...], metric: str)
 def _cost(runs: list[RunData], fraction: str | None) -> dict[str, Any]:
     """Training FLOPs and GPU-seconds; FLOPs per percentage point of ``fraction`` (the primary) when it is one."""
     flops = [r.final("flops") for r in runs]
-    out = {"flops": asdict(summarize(flops)), "gpu_seconds": asdict(summarize(r.final("gpu_seconds") for r in runs))}
+    # CPU runs record device_seconds only (no GPU fields there): the same world_size x wall-time cost
+    seconds = [r.final("gpu_seconds") if not math.isnan(r.final("gpu_seconds")) else r.final("device_seconds")
+               for r in runs]
+    out = {"flops": asdict(summarize(flops)), "gpu_seconds": asdict(summarize(seconds))}
     if fraction:
         per_point = [flops_per_point(f, r.final(fraction)) for f, r in zip(flops, runs)]
         out.update(flops_per_point=asdict(summarize(per_point)),

@@ -129,7 +129,7 @@ def milestones(curve: Sequence[Mapping[str, float]], thresholds: Iterable[float]
             out[thr] = None
         else:
             row = rows[idx]
-            out[thr] = {"step": float(row["step"]), "gpu_seconds": float(row.get("gpu_seconds", math.nan))}
+            out[thr] = {"step": float(row["step"]), "gpu_seconds": float(row.get("gpu_seconds", row.get("device_seconds", math.nan)))}
     return out
 
 

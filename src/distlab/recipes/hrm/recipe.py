@@ -23,7 +23,7 @@ def train(cfg: HRMConfig, session) -> dict:
 
 def validate(cfg: HRMConfig, world_size: int) -> None:
     """Checks that need no GPU and no data loading, done before any process starts."""
-    check_divisible(cfg.global_batch_size, world_size, 1)
+    check_divisible(cfg.global_batch_size, world_size, cfg.dist.grad_accum)
     path = cfg.data.resolved_path()
     if cfg.data.build == "none" and not (path / "train" / "dataset.json").exists():
         raise DistlabError(f"dataset {path} not found; build it with `distlab data sudoku --output-dir {path}` "
@@ -82,4 +82,4 @@ RECIPE = Recipe(name="hrm", config=HRMConfig, train=train, presets_dir=PRESETS,
                 batch_keys=("global_batch_size",), lr_keys=("lr",), validate=validate,
                 evaluate=evaluate_checkpoint, model_spec=model_spec, register_commands=register_commands,
                 report_metrics=("exact_accuracy", "token_accuracy", "pass@1", "pass@2", "pass@10", "pass@100"),
-                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile"}))
+                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile", "dist.grad_accum"}))

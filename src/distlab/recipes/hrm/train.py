@@ -13,6 +13,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 
 from distlab.atomic import exclusive_lock
 from distlab.checkpoint import Box
@@ -84,9 +85,11 @@ def train(cfg: HRMConfig, session) -> dict:
     session.track("carry", carry_box, per_rank=True)
     session.counters["elapsed_s"] = 0.0
     step = session.restore()
-    elapsed_before, carry = session.counters["elapsed_s"], carry_box.value
-    if step and carry is None:
-        log.warning("ACT carry not restored (new world size): in-flight sequences restart from fresh data")
+    accum = cfg.dist.grad_accum
+    elapsed_before, carries = session.counters["elapsed_s"], _restored_carries(carry_box.value, accum)
+    if step and carries[0] is None:
+        log.warning("ACT carry not restored (new world size or grad_accum): in-flight sequences restart from "
+                    "fresh data")
     arrays = train_split.example_arrays()
     flops_step = flops_per_example(cfg.arch, meta, training=True) * cfg.global_batch_size
     progress, meter = session.progress(steps, step), session.throughput()
@@ -94,13 +97,22 @@ def train(cfg: HRMConfig, session) -> dict:
     status, last, t_start, flops_done = "completed", {}, time.perf_counter(), flops_step * step
     model.train()
     while step < steps:
-        batch = make_batch(train_split, sampler.next(), rt.device, arrays)
-        if carry is None:
-            carry = unwrap(model).initial_carry(batch)
-        with session.autocast():
-            carry, loss, metrics, _, _ = model(carry, batch)
-        ((loss / cfg.global_batch_size) * rt.world_size).backward()  # DDP averages; HRM's loss is a global sum
-        gnorm = clip_grad(model, cfg.clip_grad) if cfg.clip_grad > 0 else float("nan")
+        # dist.grad_accum micro-batches per optimizer step, each with its own ACT carry (a carry holds the
+        # sequences of one micro-batch slot); gradients are all-reduced on the last micro-batch only
+        metrics: dict = {}
+        for micro, idx in enumerate(np.split(sampler.next(), accum)):
+            batch = make_batch(train_split, idx, rt.device, arrays)
+            if carries[micro] is None:
+                carries[micro] = unwrap(model).initial_carry(batch)
+            with session.no_sync(model, micro):
+                with session.autocast():
+                    carries[micro], loss, part, _, _ = model(carries[micro], batch)
+                # HRM's loss is a sum over examples: / global batch makes it the global mean once the
+                # micro-batches are summed, x world size undoes DDP's averaging over ranks
+                ((loss / cfg.global_batch_size) * rt.world_size).backward()
+            for k, v in part.items():  # sums (count, correct tokens, losses) add over micro-batches
+                metrics[k] = metrics.get(k, 0) + (v.detach() if hasattr(v, "detach") else v)
+        gnorm = clip_grad(model, cfg.clip_grad) if cfg.clip_grad > 0 else None
         lrs = set_lr(opts, step, cfg.lr_warmup_steps, steps, cfg.lr_min_ratio)
         for opt in opts:
             opt.step()
@@ -115,7 +127,9 @@ def train(cfg: HRMConfig, session) -> dict:
             count = max(tot.pop("count"), 1.0)
             # as HRM: losses are per example of the global batch, accuracies per halted sequence
             last = {k: v / (cfg.global_batch_size if k.endswith("loss") else count) for k, v in tot.items()}
-            last = {"loss": last.pop("lm_loss"), **last, "halted": count, "lr": lrs[0], "grad_norm": gnorm}
+            last = {"loss": last.pop("lm_loss"), **last, "halted": count, "lr": lrs[0]}
+            if gnorm is not None:  # measured only when clipping (clip_grad > 0)
+                last["grad_norm"] = gnorm
             session.metrics.log(step, {**last, **meter.report(), "epoch": sampler.epoch})
             progress.update(step, loss=last["loss"], acc=last.get("accuracy", 0.0))
         else:
@@ -128,7 +142,7 @@ def train(cfg: HRMConfig, session) -> dict:
             log.info("run.time_limit_s reached at step %d of %d: evaluating now", step, steps)
             steps = step
         stop = stop and step < steps
-        carry_box.value, session.counters["elapsed_s"] = carry, elapsed
+        carry_box.value, session.counters["elapsed_s"] = (carries[0] if accum == 1 else list(carries)), elapsed
         session.checkpoint(step, last=stop or step == steps)
         if stop:
             status = "preempted"
@@ -144,6 +158,15 @@ def train(cfg: HRMConfig, session) -> dict:
     return result
 
 
+def _restored_carries(saved, accum: int) -> list:
+    """One ACT carry per micro-batch slot; a checkpoint holds one carry (grad_accum=1) or a list of them."""
+    if accum == 1:
+        return [None if isinstance(saved, list) else saved]
+    if isinstance(saved, list) and len(saved) == accum:
+        return list(saved)
+    return [None] * accum
+
+
 def _eval(cfg, session, model, ema, split, step, flops_done, elapsed, final: bool) -> dict:
     def run():
         return evaluate(cfg, session, model, split, save_dir=session.run_dir if final else None)
@@ -154,7 +177,10 @@ def _eval(cfg, session, model, ema, split, step, flops_done, elapsed, final: boo
     else:
         out = run()
     row = {k: v for k, v in out.items() if isinstance(v, (int, float))}
-    row.update(flops=flops_done, gpu_seconds=elapsed * session.rt.world_size, wall_s=elapsed)
+    # device-seconds = ranks x wall time; named gpu_seconds too only when the devices are GPUs
+    row.update(flops=flops_done, device_seconds=elapsed * session.rt.world_size, wall_s=elapsed)
+    if session.rt.device.type == "cuda":
+        row["gpu_seconds"] = row["device_seconds"]
     session.metrics.log(step, row, split="eval")
     if session.rt.is_main:
         log.info("eval @%d: exact %.4f token %.4f (n=%d)", step, out["exact_accuracy"], out["token_accuracy"],

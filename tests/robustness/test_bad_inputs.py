@@ -1,0 +1,242 @@
+"""Bad input, command by command: every row must end in one line that names the problem and the fix.
+
+Rows run in this process through ``distlab.cli.main`` (it returns the exit code), because nearly all
+of them must be refused in preflight, before any rank or subprocess exists; that is the property
+under test, and it is also what keeps 100+ cases fast. For each row: a non-zero exit, no traceback,
+exactly one error line containing the expected words, and the working directory (runs, datasets,
+the prepared fake runs) byte-for-byte unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distlab.cli import main
+
+TOY = ["train", "toy"]
+FAKE = "runs/fake"  # a toy run whose only checkpoint is corrupt (prepared below, never modified)
+EMPTY = "runs/empty"  # a run directory with a config but no checkpoint yet
+
+# (id, argv, words the one error line must contain (case-insensitive))
+ROWS: list[tuple[str, list[str], list[str]]] = [
+    # --- train toy: numbers that count or scale something (defects 5-7)
+    ("toy-steps-0", TOY + ["steps=0"], ["steps=0", "greater than 0"]),
+    ("toy-steps-neg", TOY + ["steps=-5"], ["steps=-5", "greater than 0"]),
+    ("toy-lr-neg", TOY + ["lr=-1"], ["lr=-1", "greater than 0"]),
+    ("toy-lr-0", TOY + ["lr=0"], ["lr=0", "greater than 0"]),
+    ("toy-lr-nan", TOY + ["lr=nan"], ["lr=nan", "finite"]),
+    ("toy-lr-inf", TOY + ["lr=inf"], ["lr=inf", "finite"]),
+    ("toy-lr-word", TOY + ["lr=fast"], ["lr=fast"]),
+    ("toy-gbs-neg", TOY + ["global_batch_size=-4"], ["global_batch_size=-4", "greater than 0"]),
+    ("toy-gbs-0", TOY + ["global_batch_size=0"], ["global_batch_size=0", "greater than 0"]),
+    ("toy-gbs-odd", TOY + ["global_batch_size=15", "--procs", "2"], ["not divisible by world size 2"]),
+    ("toy-seq-0", TOY + ["seq_len=0"], ["seq_len=0", "greater than 0"]),
+    ("toy-seq-neg", TOY + ["seq_len=-3"], ["seq_len=-3"]),
+    ("toy-examples-0", TOY + ["num_examples=0"], ["num_examples=0"]),
+    ("toy-dmodel-0", TOY + ["d_model=0"], ["d_model=0"]),
+    ("toy-heads-0", TOY + ["n_heads=0"], ["n_heads=0"]),
+    ("toy-layers-neg", TOY + ["n_layers=-1"], ["n_layers=-1"]),
+    ("toy-vocab-0", TOY + ["vocab=0"], ["vocab=0"]),
+    ("toy-warmup-neg", TOY + ["warmup_steps=-1"], ["warmup_steps=-1", "0 or more"]),
+    ("toy-wd-neg", TOY + ["weight_decay=-0.1"], ["weight_decay=-0.1", "0 or more"]),
+    ("toy-clip-neg", TOY + ["clip_grad=-1"], ["clip_grad=-1"]),
+    ("toy-eval-every-neg", TOY + ["eval_every=-2"], ["eval_every=-2"]),
+    ("toy-delay-neg", TOY + ["step_delay_s=-1"], ["step_delay_s=-1"]),
+    ("toy-seed-neg", TOY + ["run.seed=-1"], ["run.seed=-1"]),
+    ("toy-accum-0", TOY + ["dist.grad_accum=0"], ["dist.grad_accum=0", "greater than 0"]),
+    ("toy-accum-neg", TOY + ["dist.grad_accum=-2"], ["dist.grad_accum=-2"]),
+    ("toy-log-every-0", TOY + ["log.every=0"], ["log.every=0", "greater than 0"]),
+    ("toy-ckpt-every-neg", TOY + ["ckpt.every=-1"], ["ckpt.every=-1", "0 = off"]),
+    ("toy-keep-last-0", TOY + ["ckpt.keep_last=0"], ["ckpt.keep_last=0"]),
+    ("toy-verify", TOY + ["ckpt.verify=md5"], ["ckpt.verify=md5", "hash"]),
+    ("toy-base-ws-0", TOY + ["scale.base_world_size=0"], ["scale.base_world_size=0", "greater than 0"]),
+    ("toy-timeout-neg", TOY + ["dist.timeout_s=-1"], ["dist.timeout_s=-1", "greater than 0"]),
+    ("toy-timeout-0", TOY + ["dist.timeout_s=0"], ["dist.timeout_s=0"]),
+    ("toy-bucket-0", TOY + ["dist.bucket_mb=0"], ["dist.bucket_mb=0"]),
+    ("toy-dpr-0", TOY + ["dist.devices_per_rank=0"], ["dist.devices_per_rank=0"]),
+    ("toy-stop-at-neg", TOY + ["run.stop_at=-1"], ["run.stop_at=-1"]),
+    ("toy-time-limit", TOY + ["run.time_limit_s=60"], ["ignores run.time_limit_s", "remove it"]),
+    ("toy-backend", TOY + ["dist.backend=mpi_foo"], ["dist.backend=mpi_foo", "auto"]),
+    ("toy-backend-typo", TOY + ["dist.backend=glo"], ["dist.backend=gloo"]),
+    ("toy-device", TOY + ["dist.device=tpu"], ["dist.device=tpu"]),
+    ("toy-wrap", TOY + ["dist.wrap=zero3"], ["dist.wrap=zero3"]),
+    ("toy-precision", TOY + ["dist.precision=fp8"], ["dist.precision=fp8"]),
+    ("toy-resume", TOY + ["run.resume=maybe"], ["run.resume=maybe"]),
+    ("toy-scale", TOY + ["scale.lr=cubic"], ["scale.lr=cubic"]),
+    ("toy-unknown-key", TOY + ["dist.grad_acum=2"], ["dist.grad_accum"]),
+    ("toy-not-kv", TOY + ["steps"], ["key=value"]),
+    ("toy-name-escape", TOY + ["run.name=../escape"], ["run.name", "plain directory name"]),
+    ("toy-name-abs", TOY + ["run.name=/tmp/x"], ["run.name", "no '/'"]),
+    ("toy-name-slash", TOY + ["run.name=a/b"], ["run.name"]),
+    ("toy-name-dot", TOY + ["run.name=.hidden"], ["run.name"]),
+    ("toy-name-dotdot", TOY + ["run.name=.."], ["run.name"]),
+    ("toy-name-long", TOY + ["run.name=" + "n" * 300], ["300 characters", "at most"]),
+    ("toy-name-space", TOY + ["run.name=a b"], ["run.name"]),
+    ("toy-dir-file", TOY + ["run.dir=afile"], ["run.dir", "is a file"]),
+    ("toy-dir-under-file", TOY + ["run.dir=afile/sub"], ["run.dir", "file"]),
+    ("toy-nodes-0", TOY + ["--nodes", "0"], ["--nodes 0", "1 or more"]),
+    ("toy-nodes-neg", TOY + ["--nodes", "-2"], ["--nodes -2"]),
+    ("toy-node-rank", TOY + ["--nodes", "2", "--node-rank", "2"], ["--node-rank 2", "0..1"]),
+    ("toy-port-big", TOY + ["--master-port", "99999"], ["--master-port 99999", "1024..65535"]),
+    ("toy-port-0", TOY + ["--master-port", "0"], ["--master-port 0"]),
+    ("toy-restarts-neg", TOY + ["--max-restarts", "-1"], ["--max-restarts -1"]),
+    ("toy-procs-0", TOY + ["--procs", "0"], ["--procs 0"]),
+    ("toy-gpus-neg", TOY + ["--gpus", "-3"], ["--gpus -3"]),
+    ("toy-gpus-none", TOY + ["--gpus", "2"], ["only 0 gpu"]),
+    ("toy-gpus-and-procs", TOY + ["--procs", "2", "--gpus", "1"], ["either --gpus"]),
+    ("toy-bad-flag", TOY + ["--num-gpu", "2"], ["--gpus"]),
+    ("toy-preset-missing", TOY + ["--config", "nope"], ["'nope' not found"]),
+    ("toy-preset-list", TOY + ["--config", "list.yaml"], ["list.yaml", "mapping"]),
+    ("toy-preset-garbage", TOY + ["--config", "garbage.yaml"], ["garbage.yaml"]),
+    ("toy-preset-badkey", TOY + ["--config", "badkey.yaml"], ["badkey.yaml", "stepz"]),
+    ("toy-preset-badval", TOY + ["--config", "badval.yaml"], ["badval.yaml", "steps=-1"]),
+    ("toy-recipe-typo", ["train", "toyy"], ["unknown recipe", "toy"]),
+    # --- train multitoy
+    ("multitoy-steps-0", ["train", "multitoy", "steps=0"], ["steps=0"]),
+    ("multitoy-lr-neg", ["train", "multitoy", "lr=-0.1"], ["lr=-0.1"]),
+    ("multitoy-critic-lr", ["train", "multitoy", "critic_lr=0"], ["critic_lr=0"]),
+    ("multitoy-gbs", ["train", "multitoy", "global_batch_size=-1"], ["global_batch_size=-1"]),
+    ("multitoy-accum", ["train", "multitoy", "dist.grad_accum=2"], ["ignores dist.grad_accum"]),
+    ("multitoy-time", ["train", "multitoy", "run.time_limit_s=5"], ["ignores run.time_limit_s"]),
+    ("multitoy-gamma", ["train", "multitoy", "gamma=-0.5"], ["gamma=-0.5"]),
+    # --- train hrm
+    ("hrm-steps-neg", ["train", "hrm", "steps=-5"], ["steps=-5", "0 or more"]),
+    ("hrm-epochs-neg", ["train", "hrm", "epochs=-1"], ["epochs=-1"]),
+    ("hrm-epochs-0", ["train", "hrm", "epochs=0"], ["epochs=0"]),
+    ("hrm-lr-neg", ["train", "hrm", "lr=-1"], ["lr=-1"]),
+    ("hrm-gbs-neg", ["train", "hrm", "global_batch_size=-4"], ["global_batch_size=-4", "greater than 0"]),
+    ("hrm-accum", ["train", "hrm", "dist.grad_accum=4"], ["ignores dist.grad_accum", "remove it"]),
+    ("hrm-train-size", ["train", "hrm", "data.train_size=-3"], ["data.train_size=-3"]),
+    ("hrm-workers", ["train", "hrm", "data.workers=-1"], ["data.workers=-1"]),
+    ("hrm-wd", ["train", "hrm", "weight_decay=-1"], ["weight_decay=-1"]),
+    ("hrm-name", ["train", "hrm", "run.name=../../etc"], ["run.name"]),
+    ("hrm-backend", ["train", "hrm", "dist.backend=mpi"], ["dist.backend=mpi"]),
+    ("hrm-preset", ["train", "hrm", "--config", "sudokku"], ["no preset 'sudokku'"]),
+    # --- train ppo
+    ("ppo-wrap", ["train", "ppo", "dist.wrap=fsdp"], ["ignores dist.wrap", "remove it"]),
+    ("ppo-compile", ["train", "ppo", "dist.compile=true"], ["ignores dist.compile"]),
+    ("ppo-accum", ["train", "ppo", "dist.grad_accum=2"], ["ignores dist.grad_accum"]),
+    ("ppo-time", ["train", "ppo", "run.time_limit_s=5"], ["ignores run.time_limit_s"]),
+    ("ppo-epochs", ["train", "ppo", "epochs=-1"], ["unknown config key 'epochs'"]),
+    ("ppo-lr-neg", ["train", "ppo", "lr=-1"], ["lr=-1"]),
+    ("ppo-envs-0", ["train", "ppo", "num_envs=0"], ["num_envs=0"]),
+    ("ppo-steps-0", ["train", "ppo", "num_steps=0"], ["num_steps=0"]),
+    ("ppo-total-neg", ["train", "ppo", "total_timesteps=-1"], ["total_timesteps=-1"]),
+    ("ppo-episodes-neg", ["train", "ppo", "num_episodes=-1"], ["num_episodes=-1", "0 = off"]),
+    ("ppo-policy", ["train", "ppo", "policy=cnn"], ["policy='cnn'"]),
+    ("ppo-alias", ["train", "ppo", "--num_episodes"], ["needs a value"]),
+    # --- train grpo
+    ("grpo-steps-0", ["train", "grpo", "steps=0"], ["steps=0"]),
+    ("grpo-lr-neg", ["train", "grpo", "lr=-1e-6"], ["lr=-1e-06"]),
+    ("grpo-gens-0", ["train", "grpo", "num_generations=0"], ["num_generations=0"]),
+    ("grpo-pps-0", ["train", "grpo", "prompts_per_step=0"], ["prompts_per_step=0"]),
+    ("grpo-accum", ["train", "grpo", "dist.grad_accum=2"], ["ignores dist.grad_accum"]),
+    ("grpo-eps-neg", ["train", "grpo", "epsilon=-0.2"], ["epsilon=-0.2"]),
+    ("grpo-name", ["train", "grpo", "run.name=x/../../y"], ["run.name"]),
+    # --- eval
+    ("eval-missing", ["eval", "runs/nope"], ["does not exist"]),
+    ("eval-file", ["eval", "afile"], ["is a file, not a run"]),
+    ("eval-not-run", ["eval", "notarun"], ["not a distlab run"]),
+    ("eval-no-ckpt", ["eval", EMPTY], ["no checkpoint", "train first"]),
+    ("eval-corrupt", ["eval", FAKE], ["every checkpoint", "corrupt"]),
+    ("eval-corrupt-step", ["eval", FAKE + "/checkpoints/step00000004"], ["cannot be trusted"]),
+    ("eval-bad-flag", ["eval", FAKE, "--bogus"], ["unknown option --bogus"]),
+    ("eval-port", ["eval", FAKE, "--master-port", "99999"], ["every checkpoint"]),
+    # --- export
+    ("export-missing", ["export", "runs/nope"], ["does not exist"]),
+    ("export-file", ["export", "afile"], ["is a file"]),
+    ("export-corrupt", ["export", FAKE], ["every checkpoint", "corrupt"]),
+    ("export-corrupt-step", ["export", FAKE + "/checkpoints/step00000004"], ["cannot export"]),
+    ("export-no-ckpt", ["export", EMPTY], ["no checkpoint"]),
+    ("export-not-run", ["export", "notarun"], ["not a distlab run"]),
+    # --- backtest
+    ("backtest-toy-run", ["backtest", FAKE], ["env=trading"]),
+    ("backtest-missing", ["backtest", "runs/nope"], ["not found"]),
+    ("backtest-extra", ["backtest", FAKE, "extra"], ["unexpected arguments"]),
+    # --- data
+    ("data-maze-size", ["data", "maze", "--output-dir", "d1", "--train-size", "-3"], ["--train-size", "-3"]),
+    ("data-maze-test", ["data", "maze", "--output-dir", "d1", "--test-size", "0"], ["--test-size"]),
+    ("data-sudoku-size", ["data", "sudoku", "--output-dir", "d2", "--train-size", "-1"], ["--train-size"]),
+    ("data-sudoku-out-file", ["data", "sudoku", "--output-dir", "afile/sub", "--train-size", "2",
+                              "--test-size", "2"], ["afile"]),
+    ("data-sudoku-source", ["data", "sudoku", "--output-dir", "d3", "--source", "nope.csv"], ["nope.csv"]),
+    # --- suite, doctor, sandbox
+    ("suite-missing", ["suite", "run", "nope.yaml"], ["nope.yaml"]),
+    ("suite-garbage", ["suite", "run", "garbage.yaml"], ["garbage.yaml"]),
+    ("suite-report-missing", ["suite", "report", "nodir"], ["nodir"]),
+    ("doctor-recipe", ["doctor", "--recipe", "toyy", "--no-bandwidth"], ["unknown recipe"]),
+    ("doctor-value", ["doctor", "--recipe", "toy", "--no-bandwidth", "steps=0"], ["steps=0"]),
+    ("sandbox-missing", ["sandbox", "run", "nope.py", "nope_tests.py"], ["nope.py"]),
+]
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``root`` with size and mtime: "nothing created or modified" made checkable."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (st.st_size if p.is_file() else 0, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A folder with the props the rows point at: files in the way, bad presets, two fake runs."""
+    d = tmp_path_factory.mktemp("bad")
+    (d / "afile").write_text("not a directory\n")
+    (d / "notarun").mkdir()
+    (d / "list.yaml").write_text("- steps: 3\n- lr: 1\n")
+    (d / "garbage.yaml").write_text("steps: [1, 2\n  lr: {\n")
+    (d / "badkey.yaml").write_text("stepz: 3\n")
+    (d / "badval.yaml").write_text("steps: -1\n")
+    fake = d / FAKE
+    step = fake / "checkpoints" / "step00000004"
+    (step / "rng").mkdir(parents=True)
+    (fake / "config.yaml").write_text("steps: 4\n")
+    (step / "extra.json").write_text(json.dumps({"recipe": "toy", "step": 4}))
+    (step / "__0_0.distcp").write_bytes(b"\0" * 10)  # truncated: the manifest says 100 bytes
+    (step / "MANIFEST.json").write_text(json.dumps({"verify": "size", "files": {
+        "extra.json": {"size": len(json.dumps({"recipe": "toy", "step": 4})), "hash": ""},
+        "__0_0.distcp": {"size": 100, "hash": ""}}}))
+    (d / EMPTY).mkdir(parents=True)
+    (d / EMPTY / "config.yaml").write_text("steps: 4\n")
+    np.save(d / "short.npy", np.arange(3))
+    return d
+
+
+@pytest.mark.parametrize("argv,words", [pytest.param(a, w, id=i) for i, a, w in ROWS])
+def test_bad_input_is_one_line(argv, words, workdir, capsys, monkeypatch):
+    monkeypatch.chdir(workdir)
+    before = _tree(workdir)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        rc = main(list(argv))
+    except SystemExit as exc:  # argparse's own refusals
+        rc = exc.code
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    out, err = capsys.readouterr()
+    assert rc not in (0, None), f"accepted: {argv}\n{out}\n{err}"
+    assert "Traceback" not in out + err
+    lines = [ln for ln in err.splitlines() if ln.strip() and "Warning" not in ln and not ln.startswith("  ")]
+    assert len(lines) == 1, f"expected one line, got:\n{err}"
+    assert lines[0].startswith("distlab: error:") or lines[0].startswith("distlab ")
+    for w in words:
+        assert w.lower() in lines[0].lower(), f"{w!r} not in: {lines[0]}"
+    assert _tree(workdir) == before, "a rejected input created or modified files"
+
+
+def test_table_is_large_and_covers_every_command():
+    assert len(ROWS) >= 100
+    commands = {a[0] if a[0] != "train" else f"train {a[1]}" for _, a, _ in ROWS}
+    for c in ("train toy", "train hrm", "train ppo", "train grpo", "train multitoy", "eval", "export",
+              "backtest", "data", "suite", "doctor", "sandbox"):
+        assert c in commands
