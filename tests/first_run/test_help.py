@@ -34,8 +34,8 @@ def _probe(args: list[str], tmp_path: Path) -> str:
 
 @pytest.mark.parametrize("args", [["--help"], [], ["recipes"], ["train", "--help"], ["eval", "--help"],
                                   ["export", "--help"], ["doctor", "--help"], ["bench", "--help"],
-                                  ["suite", "--help"]])
-def test_core_help_does_not_import_torch(args, tmp_path) -> None:
+                                  ["suite", "--help"], ["slurm", "--help"], ["train", "hrm", "--help"]])
+def test_help_does_not_import_torch(args, tmp_path) -> None:
     out = _probe(args, tmp_path)
     assert out.strip().splitlines()[-1] == "NO_TORCH 0", out
 

@@ -145,3 +145,40 @@ def test_one_rank_starts_under_torchrun(tmp_path) -> None:
     assert _strict_json(run / "summary.json")
     manifest = _strict_json(run / "manifest.json")
     assert manifest["world_size"] == 1 and manifest["launcher"] == "torchrun"
+
+
+def test_hrm_eval_reports_blank_cells_and_the_copy_baseline(hrm_runs) -> None:
+    """Beside exact accuracy: the cells that were blank, and what copying the input would score."""
+    ev = _strict_json(hrm_runs / "accum1" / "summary.json")["eval"]
+    assert ev["blank_cells"] == 16 * 10  # 16 test puzzles with 10 blanks each
+    assert 0.0 <= ev["blank_accuracy"] <= 1.0
+    assert ev["copy_baseline_token_accuracy"] == pytest.approx(71 / 81)  # the 71 clues of each puzzle
+    assert ev["copy_baseline_exact_accuracy"] == 0.0
+    log = (hrm_runs / "accum1" / "train.log").read_text()
+    assert "blank cells" in log and "copy-the-input baseline" in log
+
+
+def test_eval_command_prints_a_table_not_a_dict(hrm_runs) -> None:
+    run = hrm_runs / "accum1"
+    proc = run_cli(["eval", str(run)], hrm_runs.parent)
+    out = proc.stdout + proc.stderr
+    assert "┃ metric" in out and "exact_accuracy" in out and "blank_accuracy" in out
+    assert "{'" not in out
+    ev = _strict_json(next((run / "eval").glob("step*/eval.json")))
+    assert ev["exact_accuracy"] == _strict_json(run / "summary.json")["eval"]["exact_accuracy"]
+
+
+def test_cell_counts_separate_blanks_from_clues() -> None:
+    import torch
+
+    from distlab.recipes.hrm.evaluation import _cell_metrics, _count_cells
+
+    cells = dict.fromkeys(("tokens", "blank", "blank_correct", "copy_correct", "copy_exact"), 0.0)
+    inputs = torch.tensor([[1, 3, 4], [2, 3, 4], [1, 1, 4]])
+    labels = torch.tensor([[2, 3, 4], [2, 3, 4], [-100, -100, -100]])  # the last row is padding
+    preds = torch.tensor([[2, 3, 5], [2, 3, 4], [0, 0, 0]])
+    _count_cells(cells, inputs, labels, preds, keep=torch.tensor([True, True, False]))
+    m = _cell_metrics({**cells, "count": 2.0})
+    assert (m["blank_cells"], m["blank_accuracy"]) == (1, 1.0)  # one blank, filled right; the wrong cell was a clue
+    assert m["copy_baseline_token_accuracy"] == pytest.approx(5 / 6)
+    assert m["copy_baseline_exact_accuracy"] == 0.5  # the second puzzle had nothing to fill

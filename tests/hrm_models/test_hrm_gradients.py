@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from .tiny import make_batch, tiny_model
@@ -61,10 +63,32 @@ def test_trm_backprops_through_last_recursion_only() -> None:
     assert not any(z.requires_grad for z in carry.inner)
 
 
+def _carry_tensors(carry) -> list[torch.Tensor]:
+    """The recurrent state (a tuple of tensors), the step counters and the batch the carry holds."""
+    return [*carry.inner, carry.steps, carry.halted, *carry.current_data.values()]
+
+
 def test_transformer_carry_detached_between_segments() -> None:
+    """Segment 2's gradient must not reach back into segment 1: the carry it receives holds no graph.
+
+    Checked twice: every carried tensor is cut from the graph, and the gradient of segment 2's loss equals
+    the gradient from a copy of that carry that never saw segment 1 (a leaked graph would add to it).
+    """
     model = tiny_model("transformer").train()
     batch = make_batch()
     carry, loss1, *_ = model(model.initial_carry(batch), batch)
-    carry, loss2, *_ = model(carry, batch)
-    loss2.backward()  # would fail with "backward through the graph a second time" if not detached
-    loss1.backward()
+    tensors = _carry_tensors(carry)
+    assert tensors and all(t.grad_fn is None and not t.requires_grad for t in tensors)
+    fresh = copy.deepcopy(carry)
+
+    _, loss2, *_ = model(carry, batch)
+    loss2.backward()
+    through_carry = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert through_carry and any(g.abs().sum() > 0 for g in through_carry.values())
+    model.zero_grad(set_to_none=True)
+
+    _, loss2_fresh, *_ = model(fresh, batch)
+    torch.testing.assert_close(loss2_fresh, loss2.detach())
+    loss2_fresh.backward()
+    for name, grad in through_carry.items():
+        torch.testing.assert_close(grad, dict(model.named_parameters())[name].grad, msg=name)

@@ -96,7 +96,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("toy-preset-list", TOY + ["--config", "list.yaml"], ["list.yaml", "mapping"]),
     ("toy-preset-garbage", TOY + ["--config", "garbage.yaml"], ["garbage.yaml"]),
     ("toy-preset-badkey", TOY + ["--config", "badkey.yaml"], ["badkey.yaml", "stepz"]),
-    ("toy-preset-badval", TOY + ["--config", "badval.yaml"], ["badval.yaml", "steps=-1"]),
+    ("toy-preset-badval", TOY + ["--config", "badval.yaml"], ["steps=-1", "greater than 0"]),
     ("toy-recipe-typo", ["train", "toyy"], ["unknown recipe", "toy"]),
     # --- train multitoy
     ("multitoy-steps-0", ["train", "multitoy", "steps=0"], ["steps=0"]),
@@ -112,7 +112,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("hrm-epochs-0", ["train", "hrm", "epochs=0"], ["epochs=0"]),
     ("hrm-lr-neg", ["train", "hrm", "lr=-1"], ["lr=-1"]),
     ("hrm-gbs-neg", ["train", "hrm", "global_batch_size=-4"], ["global_batch_size=-4", "greater than 0"]),
-    ("hrm-accum", ["train", "hrm", "dist.grad_accum=4"], ["ignores dist.grad_accum", "remove it"]),
+    ("hrm-lr-min", ["train", "hrm", "lr_min_ratio=-1"], ["lr_min_ratio=-1", "0 or more"]),
     ("hrm-train-size", ["train", "hrm", "data.train_size=-3"], ["data.train_size=-3"]),
     ("hrm-workers", ["train", "hrm", "data.workers=-1"], ["data.workers=-1"]),
     ("hrm-wd", ["train", "hrm", "weight_decay=-1"], ["weight_decay=-1"]),
@@ -157,12 +157,12 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("export-no-ckpt", ["export", EMPTY], ["no checkpoint"]),
     ("export-not-run", ["export", "notarun"], ["not a distlab run"]),
     # --- backtest
-    ("backtest-toy-run", ["backtest", FAKE], ["env=trading"]),
+    ("backtest-toy-run", ["backtest", FAKE], ["not a ppo run", "env=trading"]),
     ("backtest-missing", ["backtest", "runs/nope"], ["not found"]),
     ("backtest-extra", ["backtest", FAKE, "extra"], ["unexpected arguments"]),
     # --- data
     ("data-maze-size", ["data", "maze", "--output-dir", "d1", "--train-size", "-3"], ["--train-size", "-3"]),
-    ("data-maze-test", ["data", "maze", "--output-dir", "d1", "--test-size", "0"], ["--test-size"]),
+    ("data-maze-test", ["data", "maze", "--output-dir", "d1", "--test-size", "-1"], ["--test-size"]),
     ("data-sudoku-size", ["data", "sudoku", "--output-dir", "d2", "--train-size", "-1"], ["--train-size"]),
     ("data-sudoku-out-file", ["data", "sudoku", "--output-dir", "afile/sub", "--train-size", "2",
                               "--test-size", "2"], ["afile"]),
@@ -173,7 +173,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("suite-report-missing", ["suite", "report", "nodir"], ["nodir"]),
     ("doctor-recipe", ["doctor", "--recipe", "toyy", "--no-bandwidth"], ["unknown recipe"]),
     ("doctor-value", ["doctor", "--recipe", "toy", "--no-bandwidth", "steps=0"], ["steps=0"]),
-    ("sandbox-missing", ["sandbox", "run", "nope.py", "nope_tests.py"], ["nope.py"]),
+    ("sandbox-missing", ["sandbox", "run", "nope.py", "--tests", "nope_tests.py"], ["nope.py"]),
 ]
 
 

@@ -58,9 +58,11 @@ def test_score_specific_errors(overrides, message):
         check(cfg_of(*overrides), 2)
 
 
-def test_frozen_guidance_may_be_offloaded_and_a_trained_one_elsewhere():
-    check(cfg_of("guidance=frozen", "placement.guidance=offload"), 1)
-    check(cfg_of("guidance=trained", "placement.guidance=cpu"), 1)
+def test_guidance_is_never_offloaded_but_the_reference_may_be():
+    with pytest.raises(DistlabError, match="once per generated hint token"):  # it generates: offload would crawl
+        check(cfg_of("guidance=frozen", "placement.guidance=offload"), 1)
+    check(cfg_of("guidance=trained", "placement.guidance=cpu", "placement.reference=offload"), 1)
+    check(cfg_of("guidance=none", "placement.guidance=offload"), 1)  # unused: only a warning
 
 
 def test_unused_models_are_not_loaded():

@@ -33,10 +33,8 @@ def _md_row(report: str, experiment: str) -> list[str]:
 
 def test_suite_runs_reports_its_own_numbers_and_resumes(tmp_path, tiny_suite, cli):
     suite_file = tiny_suite(tmp_path / "tiny.yaml", EXPERIMENTS)
-    t0 = time.monotonic()
     res = cli(["suite", "run", str(suite_file), "--seeds", "2", "--procs", "1", "--parallel", "2", "--root", "res"],
               cwd=tmp_path)
-    first_s = time.monotonic() - t0
     assert res.returncode == 0, res.stdout + res.stderr
     assert "4 ran, 0 already finished, 0 failed" in res.stdout
     runs = {(e, s): tmp_path / "res" / "tiny" / e / f"seed{s}" for e in EXPERIMENTS for s in (0, 1)}
@@ -63,15 +61,15 @@ def test_suite_runs_reports_its_own_numbers_and_resumes(tmp_path, tiny_suite, cl
         assert re.search(rf"^\s+{exp}\b.*{re.escape(token)}", res.stdout, flags=re.M), res.stdout
 
     mtimes = {k: (d / "summary.json").stat().st_mtime_ns for k, d in runs.items()}
+    metrics_sizes = {k: (d / "metrics.jsonl").stat().st_size for k, d in runs.items()}
     before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "res").rglob("seed*"))
-    t0 = time.monotonic()
     again = cli(["suite", "run", str(suite_file), "--seeds", "2", "--procs", "1", "--root", "res"], cwd=tmp_path)
-    rerun_s = time.monotonic() - t0
     assert again.returncode == 0, again.stderr
     assert "0 ran, 4 already finished, 0 failed" in again.stdout
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "res").rglob("seed*")) == before
     assert {k: (d / "summary.json").stat().st_mtime_ns for k, d in runs.items()} == mtimes
-    assert rerun_s < first_s / 2, (rerun_s, first_s)
+    # nothing was trained again: no run wrote a new line to its metrics (a stopwatch would flake on busy CI)
+    assert {k: (d / "metrics.jsonl").stat().st_size for k, d in runs.items()} == metrics_sizes
     plan = cli(["suite", "run", str(suite_file), "--seeds", "3", "--procs", "1", "--root", "res", "--dry-run"],
                cwd=tmp_path).stdout
     assert plan.count("skip (finished)") == 4 and "6 runs (4 already finished)" in plan

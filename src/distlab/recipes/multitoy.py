@@ -136,7 +136,8 @@ def train(cfg: MultiToyConfig, session) -> dict:
         pi_loss = F.nll_loss(logp, y.to(logits.device), reduction="sum") + cfg.beta * kl.sum()
         reward = (logits.argmax(-1).cpu() == y).float()
         with torch.no_grad():
-            boot = target(torch.roll(x, 1, 0).to(dev["target"])).squeeze(-1).cpu()
+            nxt = x_all[(idx + 1) % cfg.num_examples]  # the next state is fixed per example, not per rank's batch
+            boot = target(nxt.to(dev["target"])).squeeze(-1).cpu()
         td_target = (reward + cfg.gamma * boot).to(dev["critic"])
         v_loss = F.mse_loss(critic(x.to(dev["critic"])).squeeze(-1), td_target, reduction="sum")
         ((pi_loss + v_loss) * rt.world_size / cfg.global_batch_size).backward()  # DDP averages: global mean

@@ -183,8 +183,9 @@ def _eval(cfg, session, model, ema, split, step, flops_done, elapsed, final: boo
         row["gpu_seconds"] = row["device_seconds"]
     session.metrics.log(step, row, split="eval")
     if session.rt.is_main:
-        log.info("eval @%d: exact %.4f token %.4f (n=%d)", step, out["exact_accuracy"], out["token_accuracy"],
-                 out["count"])
+        log.info("eval @%d: exact %.4f token %.4f blank cells %.4f (n=%d); copy-the-input baseline: token %.4f "
+                 "exact %.4f", step, out["exact_accuracy"], out["token_accuracy"], out["blank_accuracy"], out["count"],
+                 out["copy_baseline_token_accuracy"], out["copy_baseline_exact_accuracy"])
     return {**out, **row}
 
 

@@ -26,7 +26,11 @@ def run_backtest(run_dir: Path, start: str, end: str | None, out: Path | None) -
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.exists():
         raise DistlabError(f"{cfg_file} not found; pass the run directory of a `distlab train ppo env=trading` run")
-    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PPORecipeConfig), OmegaConf.load(cfg_file)))
+    try:
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PPORecipeConfig), OmegaConf.load(cfg_file)))
+    except Exception:  # another recipe's keys, or not YAML at all
+        raise DistlabError(f"{run_dir} is not a PPO run (its config.yaml does not fit the ppo recipe); backtests "
+                           f"need a `distlab train ppo env=trading` run") from None
     if cfg.env != "trading":
         raise DistlabError(f"{run_dir} trained env={cfg.env}; backtests need env=trading")
     algo = to_algo_config(cfg, "cpu")

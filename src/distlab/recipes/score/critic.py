@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from distlab.placement import soft_update_
 from distlab.recipes.lm.logprobs import position_ids_from_mask
+from distlab.recipes.score.logps import compute_device
 from distlab.wrap import unwrap
 
 
@@ -73,7 +74,7 @@ class Transitions:
 
 def td_targets(target: nn.ModuleDict, t: Transitions, gamma: float) -> tuple[Tensor, Tensor]:
     """``(q_target [2N, 2], v_target [2N, 2])`` in the order (turn 1 rows, turn 2 rows), no gradient."""
-    dev = next(target.parameters()).device
+    dev = compute_device(target)
     with torch.no_grad():
         v_next = target["v"](t.s1.to(dev)).cpu()  # V_target(s1) for the turn-1 transition
         q_t = target["q"](torch.cat([t.s0a1, t.s1a2]).to(dev)).cpu()

@@ -18,9 +18,7 @@ import torch
 
 from distlab.errors import DistlabError
 from distlab.recipes.lm.chat import render_prompt
-from distlab.recipes.lm.generate import _hf_generate, _static_generate, eos_token_ids
-from distlab.recipes.lm.model_parts import unwrap_model
-from distlab.recipes.lm.stops import FINISH_STOP, Completion, finish
+from distlab.recipes.lm.stops import FINISH_STOP, Completion
 from distlab.recipes.lm.tasks import Task, chat_messages
 from distlab.recipes.lm.tasks.prompts import CHAT_INSTRUCTION, FENCE_CLOSE, FENCE_OPEN
 
@@ -146,40 +144,6 @@ def guidance_prompt(task: Task, y1_text: str, tok, mode: str, execution: tuple[s
 def leaks_code(hint: str, markers: Sequence[str]) -> bool:
     """A hint that writes code hands over the answer instead of guiding: it is penalised and counted."""
     return any(m and m in hint for m in markers)
-
-
-def generate_from_ids(model, tokenizer, prompt_ids: list[list[int]], *, max_new_tokens: int, temperature: float,
-                      top_p: float = 1.0, stop_strings: Sequence[str] = (), seed: int | None = None,
-                      backend: str = "static", stop_check_every: int = 4) -> list[Completion]:
-    """``lm.generate.generate`` for prompts given as token ids (one completion each, same backends)."""
-    if not prompt_ids:
-        return []
-    device = next(unwrap_model(model).parameters()).device
-    eos = eos_token_ids(model, tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
-    width = max(len(p) for p in prompt_ids)
-    input_ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
-    attention = torch.zeros((len(prompt_ids), width), dtype=torch.long)
-    for i, p in enumerate(prompt_ids):  # left padding, as encode_prompts does
-        input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        attention[i, width - len(p):] = 1
-    input_ids, attention = input_ids.to(device), attention.to(device)
-    stops = [s for s in stop_strings if s]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            if backend == "static":
-                gen = (torch.Generator(device=device).manual_seed(seed)
-                       if seed is not None and temperature > 0 else None)
-                rows = _static_generate(model, tokenizer, input_ids, attention, max_new_tokens, temperature, top_p,
-                                        stops, gen, eos, pad, device.type == "cuda", stop_check_every)
-            else:
-                rows = _hf_generate(model, tokenizer, input_ids, attention, max_new_tokens, temperature, top_p,
-                                    stops, seed, eos, pad, backend == "hf-static", stop_check_every)
-    finally:
-        model.train(was_training)
-    return [finish(tokenizer, i, list(prompt_ids[i]), rows[i], eos, stops) for i in range(len(prompt_ids))]
 
 
 def pack(rows: list[list[int]], roles: list[list[int]], pad: int, device: torch.device

@@ -29,10 +29,16 @@ class ForwardThrough:
         return self.wrapped(*args, **kwargs)
 
 
+def compute_device(model: nn.Module) -> torch.device:
+    """Where a model computes: an ``offload``-placed model keeps its weights on the CPU but runs on its device."""
+    inner = unwrap(model)
+    return getattr(inner, "_distlab_offload_device", None) or next(inner.parameters()).device
+
+
 def logprobs(model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, *, chunk_tokens: int,
              temperature: float = 1.0, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of ``mask``ed tokens, on the model's device, gradients as enabled."""
-    dev = next(unwrap(model).parameters()).device
+    dev = compute_device(model)
     target = ForwardThrough(model) if unwrap(model) is not model else model
     return token_logprobs(target, ids.to(dev), attn.to(dev), completion_mask=mask.to(dev), chunk_tokens=chunk_tokens,
                           temperature=temperature if temperature > 0 else 1.0, with_entropy=entropy)

@@ -101,9 +101,12 @@ def check_models(cfg: ScoreConfig) -> None:
     if cfg.models["guidance"].trainable and cfg.guidance != "trained":
         raise DistlabError(f"models.guidance.trainable=true but guidance={cfg.guidance}: the guidance key decides "
                            f"whether the guidance model trains; set guidance=trained")
-    if cfg.guidance == "trained" and cfg.placement["guidance"].strip().lower() == "offload":
-        raise DistlabError("placement.guidance=offload streams weights per use and needs a frozen model; guidance=trained "
-                           "trains it: use cpu, device or cuda:N, or guidance=frozen")
+    if cfg.guidance != "none" and cfg.placement["guidance"].strip().lower() == "offload":
+        if cfg.guidance == "trained":
+            raise DistlabError("placement.guidance=offload streams weights per use and needs a frozen model; "
+                               "guidance=trained trains it: use cpu, device or cuda:N")
+        raise DistlabError("placement.guidance=offload would copy every layer's weights to the GPU once per generated "
+                           "hint token; use cpu, device or cuda:N (offload suits the reference, which only scores)")
     used = used_models(cfg)
     for name in MODEL_NAMES:
         if name not in used and cfg.placement[name].strip().lower() != "device":

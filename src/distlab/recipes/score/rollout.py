@@ -14,12 +14,11 @@ import torch
 from torch import nn
 
 from distlab.recipes.lm.build import gathered, prompt_text, stops_for
-from distlab.recipes.lm.generate import generate
+from distlab.recipes.lm.generate import generate, generate_from_ids
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.prompts import build_program
-from distlab.recipes.score.episode import (ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, generate_from_ids,
-                                           guidance_prompt, turn2_prompt)
+from distlab.recipes.score.episode import ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, guidance_prompt, turn2_prompt
 from distlab.wrap import unwrap
 
 SEED_HINT, SEED_TURN2, SEED_NO_HINT = 1_000_003, 2_000_003, 3_000_017

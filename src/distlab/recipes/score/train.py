@@ -40,7 +40,7 @@ from distlab.recipes.score.config import ScoreConfig, beta2_of, guidance_config,
 from distlab.recipes.score.critic import (Transitions, TwinHead, critic_advantages, critic_step, make_target,
                                           pooled_features)
 from distlab.recipes.score.episode import Episode, leaks_code, pack
-from distlab.recipes.score.logps import logprobs
+from distlab.recipes.score.logps import compute_device, logprobs
 from distlab.recipes.score.evaluate import evaluate_self_correction, feedback_label
 from distlab.recipes.score.objective import (guidance_rewards, kl_weights, known_before_turn2, mc_advantages,
                                              score_policy_loss, step_counts, token_advantages, turn_masks,
@@ -94,7 +94,7 @@ def load_models(cfg: ScoreConfig, session) -> Models:
 
 
 def _dev(model: nn.Module) -> torch.device:
-    return next(unwrap(model).parameters()).device
+    return compute_device(model)
 
 
 def _all_reduce(rt, t: torch.Tensor) -> torch.Tensor:

