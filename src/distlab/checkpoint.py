@@ -14,6 +14,7 @@ import json
 import errno
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
@@ -170,16 +171,21 @@ class TrainState:
 
 
 class Box:
-    """A plain value (an ACT carry, a generator state) made trackable; the recipe keeps ``value`` current."""
+    """A plain value (an ACT carry, a generator state) made trackable; the recipe keeps ``value`` current.
+
+    The value is stored as one pickled leaf: DCP loads into a template of the same structure, and the
+    structure of an arbitrary value (None before a resume, a nested dict after) is not known in advance.
+    """
 
     def __init__(self, value: Any = None) -> None:
         self.value = value
 
     def state_dict(self) -> dict[str, Any]:
-        return {"value": self.value}
+        return {"value": pickle.dumps(self.value)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.value = state["value"]
+        raw = state["value"]
+        self.value = pickle.loads(raw) if isinstance(raw, bytes) else raw
 
 
 def find_checkpoint(target: Path) -> Path:

@@ -131,7 +131,9 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="distlab", description="Train reasoning and RL models on 1 CPU to many GPUs "
                                 "with the same command.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    t = sub.add_parser("train", help="train a recipe (hrm, ppo, toy): distlab train hrm key=value ... --gpus N")
+    t = sub.add_parser("train", help="train a recipe (hrm, ppo, toy): distlab train hrm key=value ... --gpus N",
+                       epilog="distlab train RECIPE --help also lists the recipe's presets and every config key "
+                              "(type, default, meaning); distlab recipes lists the recipes.")
     t.add_argument("recipe")
     t.add_argument("--config", action="append", default=[], help="preset name or YAML file (repeatable)")
     t.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
@@ -217,10 +219,23 @@ def recipe_help(recipe) -> str:
     rows = config_rows(recipe.config)
     lines.append("config keys (type = default  meaning):")
     kw = max(len(r[0]) for r in rows)
+    unsupported = _unsupported_keys(recipe)
     for key, typ, default, meaning in rows:
+        if key in unsupported:
+            meaning = "not used by this recipe: changing it is refused" + (f"; {meaning}" if meaning else "")
         text = f"  {key:<{kw}}  {typ} = {default}"
         lines.append(text + (f"  # {meaning}" if meaning else ""))
     return "\n".join(lines) + "\n"
+
+
+def _unsupported_keys(recipe) -> set[str]:
+    """Core keys this recipe ignores (and so refuses), as the config check decides."""
+    try:
+        from distlab.config import OPTIONAL_CORE_KEYS
+    except ImportError:
+        return set()
+    supports = getattr(recipe, "supports", None)
+    return set() if supports is None else set(OPTIONAL_CORE_KEYS) - set(supports)
 
 
 def _preset_summary(path: Path, limit: int = 110) -> str:

@@ -63,7 +63,13 @@ def test_train_recipe_help_lists_presets_and_typed_keys(tmp_path) -> None:
     assert "int = 768" in lines["global_batch_size"]
     assert "int = 0" in lines["data.blanks"] and "easy puzzles" in lines["data.blanks"]
     assert "auto|never|must|fresh = auto" in lines["run.resume"]
-    assert "dist.grad_accum" in lines
+    assert "not used" not in lines["dist.grad_accum"]  # HRM honours it
+
+
+def test_train_recipe_help_marks_core_keys_the_recipe_refuses(tmp_path) -> None:
+    out = run_cli(["train", "ppo", "--help"], tmp_path).stdout
+    line = next(ln for ln in out.splitlines() if ln.split()[:1] == ["dist.grad_accum"])
+    assert "not used by this recipe" in line
 
 
 def test_unknown_recipe_help_is_one_line_error(tmp_path) -> None:
