@@ -202,3 +202,13 @@ def metrics_table(title: str, metrics: dict[str, Any]) -> str:
 def log_metrics_table(title: str, metrics: dict[str, Any]) -> None:
     """Log :func:`metrics_table` as one record, so the console and the run's log files get the same table."""
     log.info("%s", "\n" + metrics_table(title, metrics))
+
+
+def peak_memory(rt) -> dict[str, float]:
+    """Peak allocated memory (GiB) of each of this rank's GPUs since start; empty on a CPU run."""
+    import torch
+
+    if rt.device.type != "cuda":
+        return {}
+    return {f"peak_mem_gib_cuda{d.index}": torch.cuda.max_memory_allocated(d) / 2**30
+            for d in (rt.devices or [rt.device])}

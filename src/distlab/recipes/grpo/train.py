@@ -19,6 +19,7 @@ import torch
 from distlab.checkpoint import Box
 from distlab.dist import module_checksum
 from distlab.errors import DistlabError
+from distlab.logs import peak_memory
 from distlab.recipes.grpo.config import GRPOConfig
 from distlab.recipes.grpo.loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts,
                                        policy_loss, reward_moments, std_from_moments)
@@ -171,7 +172,9 @@ def train(cfg: GRPOConfig, session) -> dict:
 
 
 def _dev(model) -> torch.device:
-    return next(unwrap(model).parameters()).device
+    """Where a model computes: an offloaded model's weights sit on the CPU but it runs on its compute device."""
+    inner = unwrap(model)
+    return getattr(inner, "_distlab_offload_device", None) or next(inner.parameters()).device
 
 
 def _all_reduce(rt, t: torch.Tensor) -> torch.Tensor:
@@ -201,15 +204,8 @@ def _step_metrics(rt, cfg, rewards, zero_var, comps, sums, scorer, times, gnorm,
             "completion_length": tot["length_sum"] / tot["n"], "truncated_fraction": tot["truncated"] / tot["n"],
             "sandbox_timeouts": tot["sandbox_timeouts"], "suspected_hacks": tot["suspected_hacks"],
             "no_code": tot["no_code"], "grad_norm": gnorm, "global_tokens": norm.num_tokens,
-            **_peak_memory(rt),
+            **peak_memory(rt),
             **{k: tot[k] / world for k in times}}
-
-
-def _peak_memory(rt) -> dict:
-    """Peak GPU memory of each of this rank's devices since the start (rank 0's, in GiB)."""
-    if rt.device.type != "cuda":
-        return {}
-    return {f"peak_mem_gib_{d.index}": torch.cuda.max_memory_allocated(d) / 2**30 for d in (rt.devices or [rt.device])}
 
 
 def _evaluate(cfg, session, policy, tok, tasks, few_shot, scorer, step: int, split: str) -> dict:

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from distlab.logs import peak_memory
+
 from distlab.checkpoint import Box
 from distlab.dist import module_checksum
 from distlab.placement import place
@@ -242,13 +244,17 @@ def train(cfg: ScoreConfig, session) -> dict:
             times["guidance_s"] = time.perf_counter() - t4
         schedule.advance()
         step += 1
-        last = _step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, norm)
+        last = {**_step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, norm), **peak_memory(rt)}
         if step % cfg.log.every == 0 or step == cfg.steps:
             session.metrics.log(step, last)
         progress.update(step, acc_t1=last["acc_t1"], acc_t2=last["acc_t2"])
         if cfg.evaluation.eval_interval_steps and step % cfg.evaluation.eval_interval_steps == 0 and step < cfg.steps:
             _evaluate(cfg, session, players, held_out, few_shot, scorer, step, "eval")
-        stop = session.stop_requested(step) and step < cfg.steps
+        stop, time_up = session.stop_check(step)
+        if time_up and step < cfg.steps:
+            log.info("run.time_limit_s reached at step %d of %d: evaluating now", step, cfg.steps)
+            cfg.steps = step
+        stop = stop and step < cfg.steps
         session.checkpoint(step, last=stop or step == cfg.steps)
         if stop:
             status = "preempted"
