@@ -82,5 +82,6 @@ def test_trm_ema_trained_on_two_ranks_is_what_one_rank_eval_scores(workdir):
     ev = json.loads((run_dir / "eval" / "step00000006" / "eval.json").read_text())
     assert ev["weights"] == "ema" and ev["count"] == trained["count"] == 24
     assert ev["exact_accuracy"] == trained["exact_accuracy"]
-    assert abs(ev["token_accuracy"] - trained["token_accuracy"]) < 1e-9
+    # float32 per-batch sums grouped differently on 1 and 2 ranks: equal to float32 precision
+    assert abs(ev["token_accuracy"] - trained["token_accuracy"]) < 1e-6
     assert abs(ev["q_halt_accuracy"] - trained["q_halt_accuracy"]) < 1e-9
