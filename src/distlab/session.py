@@ -179,6 +179,15 @@ class Session:
         signalled, time_up = self.rt.any_flags(self._stop_signal, over)
         return signalled or bool(self.cfg.run.stop_at and step >= self.cfg.run.stop_at), time_up
 
+    def stop_or_end(self, step: int, steps: int) -> tuple[bool, int]:
+        """``(stop, steps)`` after a step: a stop signal (checkpoint, then exit) or, once ``run.time_limit_s`` is
+        spent, ``steps`` lowered to ``step`` so training ends normally and evaluates."""
+        stop, time_up = self.stop_check(step)
+        if time_up and step < steps:
+            log.info("run.time_limit_s reached at step %d of %d: evaluating now", step, steps)
+            steps = step
+        return stop and step < steps, steps
+
     def stop_requested(self, step: int) -> bool:
         return self.stop_check(step)[0]
 

@@ -152,11 +152,7 @@ def train(cfg: GRPOConfig, session) -> dict:
         progress.update(step, reward=last["reward_mean"])
         if cfg.evaluation.eval_interval_steps and step % cfg.evaluation.eval_interval_steps == 0 and step < cfg.steps:
             _evaluate(cfg, session, policy, tok, held_out, few_shot, scorer, step, "eval")
-        stop, time_up = session.stop_check(step)
-        if time_up and step < cfg.steps:
-            log.info("run.time_limit_s reached at step %d of %d: evaluating now", step, cfg.steps)
-            cfg.steps = step
-        stop = stop and step < cfg.steps
+        stop, cfg.steps = session.stop_or_end(step, cfg.steps)
         session.checkpoint(step, last=stop or step == cfg.steps)
         if stop:
             status = "preempted"
