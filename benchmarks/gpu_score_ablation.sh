@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=memory.used --format=csv
 for g in none frozen trained; do
   for t in mbpp humaneval; do
     timeout 230 python3 -m distlab.cli eval runs/abl-$g $COMMON task.eval=$t task.eval_split=test task.eval_size=0 \
-      --output $OUT/eval-$g-$t --gpus 1 > $OUT/eval-$g-$t.log 2>&1 &
+      sampling.chunk_prompts=64 --output $OUT/eval-$g-$t --gpus 1 > $OUT/eval-$g-$t.log 2>&1 &
   done
 done
 wait; date -u

@@ -72,3 +72,9 @@ def test_two_ranks_train_and_evaluate(tmp_path):
     assert out["step"] == 2 and out["feedback"] == "extrinsic" and out["n_problems"] == 2
     assert {"acc_t1", "acc_t2", "delta_t1_t2", "base_acc_t1", "base_acc_t2", "base_delta_t1_t2",
             "delta_change"} <= set(out)
+    # generating in chunks of one prompt (sampling.chunk_prompts) bounds memory and scores the same problems alike
+    run_cli(["eval", str(tmp_path / "runs" / "two"), "sampling.chunk_prompts=1", "-o", str(tmp_path / "chunked"),
+             "--procs", "1"], tmp_path)
+    chunked = json.loads((tmp_path / "chunked" / "eval.json").read_text())
+    for key in ("acc_t1", "acc_t2", "base_acc_t1", "base_acc_t2", "n_problems"):
+        assert chunked[key] == out[key], key

@@ -30,8 +30,12 @@ def evaluate_self_correction(cfg: ScoreConfig, players: Players, tasks: list[Tas
                              scorer: ExecScorer, rt, seed: int) -> dict:
     """``{"metrics": ..., "per_problem": [...]}`` (metrics identical on every rank)."""
     mine = [tasks[i] for i in range(rt.rank, len(tasks), rt.world_size)]
-    episodes = play(cfg, players, mine, few_shot, scorer, n=1, temperature=0.0, hint_temperature=0.0, seed=seed,
-                    no_hint=cfg.no_hint_sample)
+    # sampling.chunk_prompts bounds the rows per generate call: all 500 MBPP test prompts at once took
+    # 45-93 GiB on an H200 for a 135M model (the KV cache and prefill of long turn-2 prompts)
+    chunk = cfg.sampling.chunk_prompts or len(mine) or 1
+    episodes = [ep for start in range(0, len(mine), chunk)
+                for ep in play(cfg, players, mine[start:start + chunk], few_shot, scorer, n=1, temperature=0.0,
+                               hint_temperature=0.0, seed=seed + start, no_hint=cfg.no_hint_sample)]
     rows = [{"task_id": ep.task.task_id, "r1": ep.r1, "r2": ep.r2, "r2_no_hint": ep.r2_no_hint,
              "hint_tokens": len(ep.hint.token_ids) if ep.hint is not None else None,
              "leak": leaks_code(ep.hint_text, cfg.leak_markers) if ep.hint is not None else False,
