@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.api import CheckpointException
 
 from distlab.atomic import atomic_path, atomic_write_json, atomic_write_text
 from distlab.dist import Runtime
@@ -226,6 +227,30 @@ def _no_space(exc: OSError, what: Path) -> DistlabError | None:
     return None
 
 
+def _os_errors(exc: BaseException) -> list[OSError]:
+    """The OSErrors behind a DCP failure: DCP collects each rank's writer error in ``failures`` of a
+    ``CheckpointException`` (a BaseException, not an Exception) rather than chaining it."""
+    found, todo, seen = [], [exc], set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError):
+            found.append(e)
+        todo += [e.__cause__, e.__context__]
+        todo += [w[0] if isinstance(w, tuple) else w for w in getattr(e, "failures", {}).values()]
+    return found
+
+
+def _save_failed(exc: BaseException, tmp: Path) -> BaseException:
+    """Remove the failed save's temporary directory (so it never eats the space the next attempt needs)
+    and turn a full disk, however deep DCP buried it, into the one-line error; other errors pass through."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    full = next((e for e in _os_errors(exc) if _no_space(e, tmp)), None)
+    return _no_space(full, tmp) if full is not None else exc
+
+
 class CheckpointManager:
     """Save/restore a :class:`TrainState` plus per-rank RNG and a JSON ``meta`` (recipe, config)."""
 
@@ -290,19 +315,11 @@ class CheckpointManager:
         tmp = self.root / f".tmp-step{step:08d}"
         try:
             self._save(step, state, meta)
-        except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise (_no_space(exc, tmp) or exc) from None
-        except Exception as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            cause = exc
-            while cause is not None and not isinstance(cause, OSError):  # DCP wraps writer errors
-                cause = cause.__cause__ or cause.__context__
-            if isinstance(cause, OSError) and _no_space(cause, tmp):
-                raise _no_space(cause, tmp) from None
-            if "No space left" in str(exc):
-                raise DistlabError(str(_no_space(OSError(errno.ENOSPC, "no space"), tmp))) from None
-            raise
+        except (Exception, CheckpointException) as exc:
+            err = _save_failed(exc, tmp)
+            if err is exc:
+                raise
+            raise err from None
 
     def _save(self, step: int, state: TrainState, meta: dict | None) -> None:
         final = self.root / f"step{step:08d}"
@@ -332,7 +349,13 @@ class CheckpointManager:
             return
         fut, tmp, final = self._pending
         self._pending = None
-        fut.result()
+        try:
+            fut.result()
+        except (Exception, CheckpointException) as exc:
+            err = _save_failed(exc, tmp)
+            if err is exc:
+                raise
+            raise err from None
         self._finalize(tmp, final)
 
     def _finalize(self, tmp: Path, final: Path) -> None:

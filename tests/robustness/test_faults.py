@@ -31,8 +31,21 @@ def _args(name: str, *extra: str, procs: int | None = None) -> list[str]:
 
 
 def _start(cwd: Path, args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "distlab.cli", *args], cwd=cwd, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """The launcher with its output going to files: a pipe nobody reads until the end blocks the
+    launcher once it fills (64 KiB), which is how this suite once hung under load."""
+    name = next(a for a in args if a.startswith("run.name=")).split("=", 1)[1]
+    out, err = (open(cwd / f"{name}.{kind}", "w") for kind in ("out", "err"))
+    proc = subprocess.Popen([sys.executable, "-m", "distlab.cli", *args], cwd=cwd, env=ENV, stdout=out, stderr=err)
+    proc.output_files = (Path(out.name), Path(err.name))
+    out.close()
+    err.close()
+    return proc
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """``communicate`` for a launcher started by :func:`_start`: wait, then its stdout and stderr."""
+    proc.wait(timeout=timeout)
+    return tuple(f.read_text() for f in proc.output_files)
 
 
 def _wait_for_ranks(run_dir: Path, ranks: int, timeout: float = 120) -> list[int]:
@@ -98,7 +111,7 @@ def test_sigterm_to_launcher_checkpoints_stops_and_resumes(work, ref2):
     _wait_for_ranks(work / "runs" / name, 2)
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = _finish(proc, 120)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err and "SignalException" not in err
     assert "preempted by SIGTERM" in err and "rerun the same command" in err
@@ -109,8 +122,6 @@ def test_sigterm_to_launcher_checkpoints_stops_and_resumes(work, ref2):
     assert summary(work / "runs" / name)["param_checksum"] == ref2
 
 
-@pytest.mark.skip(reason="hung in a full-suite run on 2026-11-23 (the first run never reached its step-2 checkpoint "
-                         "while a second job was refused); passes alone: under investigation")
 def test_sigkill_of_launcher_leaves_no_orphans_and_lock_names_holder(work, ref2):
     name = "kill"
     proc = _start(work, _args(name, "step_delay_s=0.4", "ckpt.every=2", procs=2))
@@ -124,7 +135,7 @@ def test_sigkill_of_launcher_leaves_no_orphans_and_lock_names_holder(work, ref2)
         assert time.monotonic() < deadline, "the first run never wrote its step-2 checkpoint"
         time.sleep(0.2)
     proc.kill()
-    proc.communicate(timeout=30)
+    _finish(proc, 30)
     _assert_no_processes(name)  # the ranks died with their launcher
     run_cli(_args(name, procs=2), work)  # lock released by the kernel; resumes from the last checkpoint
     assert summary(run_dir)["param_checksum"] == ref2
@@ -137,7 +148,7 @@ def test_sigusr1_to_launcher_is_a_clean_preemption(work):
     _wait_for_ranks(work / "runs" / name, 2)
     time.sleep(1.0)
     proc.send_signal(signal.SIGUSR1)
-    _, err = proc.communicate(timeout=120)
+    _, err = _finish(proc, 120)
     assert proc.returncode == 128 + signal.SIGUSR1 and "Traceback" not in err
     s = summary(work / "runs" / name)
     assert s["status"] == "preempted" and s["stopped_by"] == "SIGUSR1"
@@ -151,7 +162,7 @@ def test_ctrl_c_single_process_checkpoints_and_resumes(work, ref1):
     _wait_for_ranks(work / "runs" / name, 1)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    _, err = _finish(proc, 120)
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert summary(work / "runs" / name)["stopped_by"] == "SIGINT"
@@ -166,7 +177,7 @@ def test_stopped_rank_is_named(work):
     time.sleep(1.0)
     os.kill(pids[1], signal.SIGSTOP)
     try:
-        _, err = proc.communicate(timeout=120)
+        _, err = _finish(proc, 120)
     finally:
         if Path(f"/proc/{pids[1]}").exists():
             os.kill(pids[1], signal.SIGKILL)
@@ -186,8 +197,6 @@ def _tmpfs(path: Path, size: str) -> None:
         pytest.skip(f"cannot mount tmpfs here: {r.stderr.strip()}")
 
 
-@pytest.mark.skip(reason="known gap: an ENOSPC raised inside DCP's writer still escapes as a traceback in the "
-                         "single-process path; see the report of issue 13")
 def test_disk_full_says_so_leaves_no_temp_and_resumes(work, ref1):
     disk = work / "small"
     _tmpfs(disk, "900k")
@@ -230,12 +239,12 @@ def test_eval_verifies_and_never_touches_the_run(work, ref1):
     assert (run_dir / "eval" / "step00000012" / "eval.json").exists()
     assert {f: (run_dir / f).read_bytes() for f in before} == before
     bad = work / "runs" / "evalbad"
-    shutil.copytree(run_dir, bad)
+    shutil.copytree(run_dir, bad, ignore=shutil.ignore_patterns("eval"))
     shard = next((bad / "checkpoints" / "step00000012").glob("*.distcp"))
     data = bytearray(shard.read_bytes())
     data[-1] ^= 0xFF  # same size, different content: only the hash can tell
     shard.write_bytes(bytes(data))
     p = run_cli(["eval", str(bad / "checkpoints" / "step00000012")], work, check=False)
     assert p.returncode == 2 and "cannot be trusted" in p.stderr and "corrupted" in p.stderr
-    assert not (bad / "eval" / "step00000012" / "eval.json").exists() or True
+    assert not (bad / "eval").exists(), "a refused checkpoint was scored anyway"
     assert json.loads((bad / "summary.json").read_text()) == json.loads(before["summary.json"])
