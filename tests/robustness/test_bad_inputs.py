@@ -119,6 +119,12 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("hrm-name", ["train", "hrm", "run.name=../../etc"], ["run.name"]),
     ("hrm-backend", ["train", "hrm", "dist.backend=mpi"], ["dist.backend=mpi"]),
     ("hrm-preset", ["train", "hrm", "--config", "sudokku"], ["no preset 'sudokku'"]),
+    ("hrm-data-missing", ["train", "hrm", "data.path=nodata"], ["nodata not found", "distlab data sudoku"]),
+    ("hrm-data-foreign", ["train", "hrm", "data.path=notarun"], ["no train/dataset.json", "distlab data"]),
+    ("hrm-npy-truncated", ["train", "hrm", "data.path=ds_trunc"], ["inputs.npy", "not a readable .npy"]),
+    ("hrm-npy-garbage", ["train", "hrm", "data.path=ds_garbage"], ["labels.npy", "not a readable .npy"]),
+    ("hrm-npy-mismatch", ["train", "hrm", "data.path=ds_mismatch"], ["inconsistent", "differ in shape"]),
+    ("hrm-json-garbage", ["train", "hrm", "data.path=ds_json"], ["dataset.json", "not valid json"]),
     # --- train ppo
     ("ppo-wrap", ["train", "ppo", "dist.wrap=fsdp"], ["ignores dist.wrap", "remove it"]),
     ("ppo-compile", ["train", "ppo", "dist.compile=true"], ["ignores dist.compile"]),
@@ -208,7 +214,26 @@ def workdir(tmp_path_factory) -> Path:
     (d / EMPTY).mkdir(parents=True)
     (d / EMPTY / "config.yaml").write_text("steps: 4\n")
     np.save(d / "short.npy", np.arange(3))
+    _broken_datasets(d)
     return d
+
+
+def _broken_datasets(d: Path) -> None:
+    """A tiny valid HRM dataset copied four times, each copy broken in one way a disk or a user breaks it."""
+    from distlab.recipes.hrm.data.format import PuzzleMetadata, write_split
+
+    meta = dict(pad_id=0, ignore_label_id=0, blank_identifier_id=0, vocab_size=11, seq_len=4,
+                num_puzzle_identifiers=1, total_groups=2, mean_puzzle_examples=1.0)
+    arrays = dict(inputs=np.ones((2, 4), np.int32), labels=np.ones((2, 4), np.int32), puzzle_identifiers=[0, 0],
+                  puzzle_indices=[0, 1, 2], group_indices=[0, 1, 2])
+    for name in ("ds_trunc", "ds_garbage", "ds_mismatch", "ds_json"):
+        for split in ("train", "test"):
+            write_split(d / name, split, "all", metadata=PuzzleMetadata(**meta), **arrays)
+    inputs = d / "ds_trunc" / "train" / "all__inputs.npy"
+    inputs.write_bytes(inputs.read_bytes()[:70])
+    (d / "ds_garbage" / "test" / "all__labels.npy").write_bytes(b"PK\x03\x04 not numpy at all")
+    np.save(d / "ds_mismatch" / "train" / "all__labels.npy", np.ones((1, 4), np.int32))
+    (d / "ds_json" / "train" / "dataset.json").write_text("{ pad_id: ")
 
 
 @pytest.mark.parametrize("argv,words", [pytest.param(a, w, id=i) for i, a, w in ROWS])

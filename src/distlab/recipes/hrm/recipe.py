@@ -25,9 +25,17 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
     """Checks that need no GPU and no data loading, done before any process starts."""
     check_divisible(cfg.global_batch_size, world_size, cfg.dist.grad_accum)
     path = cfg.data.resolved_path()
-    if cfg.data.build == "none" and not (path / "train" / "dataset.json").exists():
-        raise DistlabError(f"dataset {path} not found; build it with `distlab data sudoku --output-dir {path}` "
+    built = (path / "train" / "dataset.json").exists()
+    if cfg.data.build == "none" and not built:
+        what = (f"{path} holds no train/dataset.json (an incomplete or foreign folder)" if path.is_dir()
+                else f"dataset {path} not found")
+        raise DistlabError(f"{what}; build it with `distlab data sudoku --output-dir {path}` "
                            f"(or maze/arc), or set data.build=sudoku to build it automatically")
+    if built:  # memory-mapped, so cheap: a truncated or inconsistent file is named before any process starts
+        from distlab.recipes.hrm.data.format import load_split
+
+        for split in ("train", "test"):
+            load_split(path, split)
     if cfg.data.build not in ("none", "sudoku", "maze", "arc"):
         raise DistlabError(f"data.build={cfg.data.build!r} is not one of sudoku, maze, arc, none")
     if cfg.optimizer not in ("adam_atan2", "adamw"):

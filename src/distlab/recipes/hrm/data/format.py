@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import zipfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -221,6 +222,21 @@ class PuzzleSet:
     def num_examples(self) -> int:
         return int(self.inputs.shape[0])
 
+    def problem(self) -> str | None:
+        """What makes these arrays inconsistent with each other (a dataset written by hand or cut short)."""
+        if self.inputs.ndim != 2 or self.inputs.shape != self.labels.shape:
+            return f"inputs {tuple(self.inputs.shape)} and labels {tuple(self.labels.shape)} differ in shape"
+        ends = (int(self.puzzle_indices[-1]) if len(self.puzzle_indices) else -1,
+                int(self.group_indices[-1]) if len(self.group_indices) else -1)
+        if ends[0] != self.num_examples or len(self.puzzle_indices) != len(self.puzzle_identifiers) + 1:
+            return (f"puzzle_indices ends at {ends[0]} for {self.num_examples} examples and has "
+                    f"{len(self.puzzle_indices)} entries for {len(self.puzzle_identifiers)} puzzles")
+        if ends[1] != len(self.puzzle_identifiers):
+            return f"group_indices ends at {ends[1]} for {len(self.puzzle_identifiers)} puzzles"
+        if self.difficulty is not None and len(self.difficulty) != self.num_examples:
+            return f"difficulty has {len(self.difficulty)} entries for {self.num_examples} examples"
+        return None
+
     def example_puzzle_identifiers(self) -> np.ndarray:
         """Identifier of each example's puzzle (HRM stores one per puzzle)."""
         return np.repeat(self.puzzle_identifiers, np.diff(self.puzzle_indices))
@@ -300,15 +316,25 @@ def load_split(directory: str | os.PathLike, split: str, mmap: bool = True) -> P
     metadata = load_metadata(root, split)
     sets = {}
     for name in metadata.sets:
-        def arr(kind: str, big: bool) -> np.ndarray:
-            return np.load(_need(root / split / f"{name}__{kind}.npy"), mmap_mode="r" if (big and mmap) else None)
+        def arr(kind: str, big: bool = False) -> np.ndarray:
+            return _load_npy(_need(root / split / f"{name}__{kind}.npy"), mmap=big and mmap)
         diff_path = root / split / f"{name}__{DIFFICULTY}.npy"
         sets[name] = PuzzleSet(
             name=name, inputs=arr("inputs", True), labels=arr("labels", True),
-            puzzle_identifiers=arr("puzzle_identifiers", False), puzzle_indices=arr("puzzle_indices", False),
-            group_indices=arr("group_indices", False),
-            difficulty=np.load(diff_path) if diff_path.exists() else None)
+            puzzle_identifiers=arr("puzzle_identifiers"), puzzle_indices=arr("puzzle_indices"),
+            group_indices=arr("group_indices"), difficulty=_load_npy(diff_path) if diff_path.exists() else None)
+        problem = sets[name].problem()
+        if problem:
+            raise DistlabError(f"dataset {root / split} set {name!r} is inconsistent: {problem}; {BUILD_HINT}")
     return PuzzleSplit(directory=root, split=split, metadata=metadata, sets=sets)
+
+
+def _load_npy(path: Path, mmap: bool = False) -> np.ndarray:
+    """``np.load`` that names a truncated or foreign file in one line instead of numpy's traceback."""
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:  # np.load reads a 'PK' file as .npz
+        raise DistlabError(f"{path} is not a readable .npy array ({e}); rebuild the dataset ({BUILD_HINT})") from None
 
 
 def load_identifiers(directory: str | os.PathLike) -> list[str]:
