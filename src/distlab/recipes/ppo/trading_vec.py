@@ -30,42 +30,46 @@ def execute_orders_batch(cash: np.ndarray, holdings: np.ndarray, prices: np.ndar
                          cost_pct: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`~distlab.recipes.ppo.trading.execute_orders` for E portfolios at once.
 
-    Returns (cash [E], holdings [E, n], shares traded [E, n], fees [E]). Assets are visited in the
-    scalar function's order (sells most-negative first, then buys largest first, ties by asset index),
-    one asset rank per iteration for all portfolios, because a buy is capped by the cash the earlier
-    buys of the same portfolio left: n iterations of [E]-wide operations instead of E x n Python steps.
+    Returns (cash [E], holdings [E, n], shares traded [E, n], fees [E]), bit-identical to the scalar
+    function: assets are visited in its order (sells most-negative first, then buys largest first,
+    ties by asset index) and cash and fees are summed in that order. Sells do not depend on each
+    other, so they are one array operation (their cash summed left to right by ``cumsum``); each buy is
+    capped by the cash the earlier buys left, so buys loop over the n asset ranks, each step [E] wide.
     """
-    rows = np.arange(len(cash))
-    holdings = holdings.copy()
+    rows = np.arange(len(cash))[:, None]
+    sell_rank = np.argsort(orders, axis=1, kind="stable")
+    order, held, price = orders[rows, sell_rank], holdings[rows, sell_rank], prices[rows, sell_rank]
+    n = np.minimum(-order, held)
+    sold = np.where((order < 0) & (n > 0), n, 0.0)
+    value = price * sold  # adding a 0.0 leaves a sum unchanged, so unsold assets can take part
+    cash = np.cumsum(np.concatenate([cash[:, None], value * (1.0 - cost_pct)], 1), axis=1)[:, -1]
     traded = np.zeros_like(holdings)
-    fees = np.zeros_like(cash)
-    for i in np.argsort(orders, axis=1, kind="stable").T:  # sells
-        order, held, price = orders[rows, i], holdings[rows, i], prices[rows, i]
-        n = np.minimum(-order, held)
-        sell = (order < 0) & (n > 0)
-        value = price * n
-        cash = np.where(sell, cash + value * (1.0 - cost_pct), cash)
-        fees = np.where(sell, fees + value * cost_pct, fees)
-        holdings[rows, i] = np.where(sell, held - n, held)
-        traded[rows, i] = np.where(sell, -n, 0.0)
-    for i in np.argsort(-orders, axis=1, kind="stable").T:  # buys
-        order, price = orders[rows, i], prices[rows, i]
+    traded[rows, sell_rank] = -sold
+    fees = [np.zeros_like(cash), *(value * cost_pct).T]
+
+    buy_rank = np.argsort(-orders, axis=1, kind="stable")
+    order, price = orders[rows, buy_rank], prices[rows, buy_rank]
+    bought = np.zeros_like(order)
+    for k in range(order.shape[1]):
         with np.errstate(divide="ignore", invalid="ignore"):
-            n = np.minimum(order, np.floor(cash / (price * (1.0 + cost_pct))))
-        buy = (order > 0) & (price > 0) & (n > 0)
-        value = price * n
-        cash = np.where(buy, cash - value * (1.0 + cost_pct), cash)
-        fees = np.where(buy, fees + value * cost_pct, fees)
-        holdings[rows, i] = np.where(buy, holdings[rows, i] + n, holdings[rows, i])
-        traded[rows, i] = np.where(buy, n, traded[rows, i])
-    return cash, holdings, traded, fees
+            n = np.minimum(order[:, k], np.floor(cash / (price[:, k] * (1.0 + cost_pct))))
+        n = np.where((order[:, k] > 0) & (price[:, k] > 0) & (n > 0), n, 0.0)
+        value = price[:, k] * n
+        cash = cash - value * (1.0 + cost_pct)
+        fees.append(value * cost_pct)
+        bought[:, k] = n
+    traded[rows, buy_rank] += bought  # an asset is bought or sold, never both
+    fees = np.cumsum(np.stack(fees, 1), axis=1)[:, -1]
+    return cash, holdings + traded, traded, fees
 
 
 def _info_dict(values: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
     """Gymnasium's vector-info layout: every key with a ``_key`` mask of the envs that report it."""
     out: dict[str, np.ndarray] = {}
+    everyone = mask.all()
     for key, value in values.items():
-        out[key] = np.where(mask.reshape(-1, *[1] * (value.ndim - 1)), value, np.zeros_like(value))
+        out[key] = value if everyone else np.where(mask.reshape(-1, *[1] * (value.ndim - 1)), value, 0).astype(
+            value.dtype)
         out[f"_{key}"] = mask.copy()
     return out
 
