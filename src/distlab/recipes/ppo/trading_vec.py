@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
+from distlab.errors import DistlabError
 from distlab.recipes.ppo.trading import MarketData, check_env_params
 
 INDICATOR_SCALE = 0.01  # the scalar env's scaling of RSI, CCI and ADX in scaled observations
@@ -88,6 +89,8 @@ class VecStockTradingEnv(gym.vector.VectorEnv):
                  transaction_cost: float = 0.001, reward_scaling: float = 1e-4,
                  turbulence_threshold: float | None = None, window: int = 1, scale_obs: bool = True):
         check_env_params(market, hmax, initial_amount, transaction_cost, window, turbulence_threshold)
+        if num_envs < 1:
+            raise DistlabError(f"num_envs={num_envs}: need at least one environment")
         self.market = market
         self.num_envs = num_envs
         self.n = len(market.tics)
