@@ -7,6 +7,10 @@ env count so that one run on the GPU machine shows where the loop stands; no int
     OMP_NUM_THREADS=1 python benchmarks/ppo_env_speed.py                  # GPU if visible, else CPU
     python benchmarks/ppo_env_speed.py --num-envs 16,64,256 --updates 3   # the PPO part: 3 updates per point
     python benchmarks/ppo_env_speed.py --no-ppo                           # env alone only (seconds)
+    python benchmarks/ppo_env_speed.py --market-dir DIR                   # where DJI/SPY CSVs are elsewhere
+
+Needs gymnasium and omegaconf importable and distlab's ``src`` on PYTHONPATH (or installed); default
+data folder ``../shared/data/market`` from the repository root.
 
 PPO figures leave out the first update (start-up, cuDNN autotuning): env steps of updates 2..N over
 their wall time, the way ``sps`` in ``metrics.jsonl`` counts once warm.
@@ -75,13 +79,16 @@ def main() -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--impls", default="scalar,vector")
     p.add_argument("--no-ppo", action="store_true", help="measure the env alone only")
-    p.add_argument("--data", default=f"{MARKET / 'DJI_2009_2020.csv'},{MARKET / 'SPY_2009_2020.csv'}")
+    p.add_argument("--market-dir", type=Path, default=MARKET,
+                   help="folder with DJI_2009_2020.csv and SPY_2009_2020.csv")
     args = p.parse_args()
     if args.updates < 2:
         p.error("--updates must be >= 2: the first update is start-up and is not timed")
-    missing = [f for f in args.data.split(",") if not Path(f).is_file()]
+    files = [args.market_dir / "DJI_2009_2020.csv", args.market_dir / "SPY_2009_2020.csv"]
+    missing = [f for f in files if not f.is_file()]
     if missing:
-        p.error(f"market data {missing[0]} not found: pass --data with the DJI and SPY CSVs")
+        p.error(f"market data {missing[0]} not found: pass --market-dir with the DJI and SPY CSVs")
+    args.data = ",".join(map(str, files))
     market = load_market(args.data)
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"device {device_name}, torch {torch.__version__}, window {args.window}, {START}..{END}")
