@@ -43,6 +43,12 @@ def test_bad_policy_is_one_line(tmp_path):
     assert p.returncode == 2 and "policy='gru' is not one of mlp, lstm, clstm" in p.stderr
 
 
+def test_bad_env_impl_is_one_line(tmp_path):
+    p = run_cli(["train", "ppo", "env=trading", "env_impl=fast"], tmp_path, check=False)
+    assert p.returncode == 2 and "env_impl='fast': choose vector" in p.stderr
+    assert len([line for line in p.stderr.splitlines() if "env_impl" in line]) == 1
+
+
 @pytest.mark.skipif(not MARKET.exists(), reason="../shared/data/market not present")
 def test_trading_train_then_backtest_on_dji(tmp_path):
     data = f"trading_data={MARKET / 'DJI_2009_2020.csv'}"

@@ -31,7 +31,7 @@ from distlab.dist import Runtime
 from distlab.errors import DistlabError
 from distlab.recipes.ppo.buffer import (Minibatch, Rollout, compute_gae, env_minibatches, flat_minibatch,
                                         sample_minibatches, sequence_minibatch)
-from distlab.recipes.ppo.envs import finished_episodes, make_vec_env
+from distlab.recipes.ppo.envs import check_env_impl, finished_episodes, make_vec_env
 from distlab.recipes.ppo.policy import ActorCritic, State, build_policy
 from distlab.wrap import autocast, set_fast_math
 
@@ -77,6 +77,7 @@ class PPOConfig:
     reward_scaling: float = 1e-4
     turbulence_threshold: float | None = None
     window: int = 1
+    env_impl: str = "vector"  # trading env: vector (all copies stepped as arrays) | scalar (one env per copy)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     # hardware
     device: str = "cpu"
@@ -205,6 +206,8 @@ def check_config(cfg: PPOConfig, world: int) -> None:
         raise DistlabError(f"policy={cfg.policy!r}: choose mlp, lstm or clstm")
     if cfg.num_envs < 1 or cfg.num_steps < 1 or cfg.num_minibatches < 1 or cfg.update_epochs < 1:
         raise DistlabError("num_envs, num_steps, num_minibatches and update_epochs must all be >= 1")
+    trading = cfg.env_id == "trading"
+    check_env_impl(cfg.env_impl, cfg.async_envs and trading, cfg.mask_velocity and trading)
     if cfg.total_timesteps < cfg.num_envs * cfg.num_steps * world:
         raise DistlabError(f"total_timesteps={cfg.total_timesteps} is less than one rollout "
                            f"({cfg.num_envs}*{cfg.num_steps}*{world} ranks): raise it or shrink the rollout")
@@ -327,7 +330,8 @@ def train(cfg: PPOConfig, hooks: PPOHooks | None = None, rt: Runtime | None = No
     setup_backends(cfg, rt)
     seed = rt.seed_everything(cfg.seed, per_rank=True)  # exploration differs per rank; weights come from rank 0
     env_seed = cfg.seed + 1000 * rt.rank
-    envs = make_vec_env(cfg.env_id, cfg.num_envs, env_seed, cfg.async_envs, cfg.mask_velocity, **cfg.env_options())
+    envs = make_vec_env(cfg.env_id, cfg.num_envs, env_seed, cfg.async_envs, cfg.mask_velocity,
+                        env_impl=cfg.env_impl, **cfg.env_options())
     try:
         policy = build_policy(cfg.policy, envs.single_observation_space, envs.single_action_space,
                               **cfg.policy_sizes()).to(device)

@@ -14,6 +14,7 @@ from distlab.recipes.ppo.algo import PPOHooks
 from distlab.recipes.ppo.algo import train as ppo_train
 from distlab.recipes.ppo.backtest_cli import register_commands
 from distlab.recipes.ppo.config import PPORecipeConfig, to_algo_config
+from distlab.recipes.ppo.envs import check_env_impl
 
 __all__ = ["RECIPE", "PPORecipeConfig", "to_algo_config", "train", "validate"]
 
@@ -90,6 +91,8 @@ class _GeneratorState:
 def validate(cfg: PPORecipeConfig, world_size: int) -> None:
     if cfg.policy not in ("mlp", "lstm", "clstm"):
         raise DistlabError(f"policy={cfg.policy!r} is not one of mlp, lstm, clstm")
+    trading = cfg.env == "trading"
+    check_env_impl(cfg.env_impl, cfg.async_envs and trading, cfg.mask_velocity and trading)
     per_update = cfg.num_envs * cfg.num_steps * world_size
     if cfg.total_timesteps < per_update:
         raise DistlabError(f"total_timesteps={cfg.total_timesteps} is less than one update ({per_update} = num_envs x "

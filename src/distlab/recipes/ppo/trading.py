@@ -193,12 +193,13 @@ def execute_orders(cash: float, holdings: np.ndarray, prices: np.ndarray, orders
     """Apply signed integer share orders: all sells first, then buys largest first while cash lasts.
 
     Sells are capped at the shares held (no shorting); each buy is capped at what the cash left
-    can pay including the fee.
+    can pay including the fee. Equal orders go in asset order (stable sort), so the outcome does not
+    depend on numpy's sorting algorithm and the batched env can reproduce it.
     """
     holdings = holdings.copy()
     traded = np.zeros_like(holdings)
     fees = 0.0
-    for i in np.argsort(orders):
+    for i in np.argsort(orders, kind="stable"):
         if orders[i] >= 0:
             break
         n = min(-orders[i], holdings[i])
@@ -208,7 +209,7 @@ def execute_orders(cash: float, holdings: np.ndarray, prices: np.ndarray, orders
             fees += value * cost_pct
             holdings[i] -= n
             traded[i] -= n
-    for i in np.argsort(-orders):
+    for i in np.argsort(-orders, kind="stable"):
         if orders[i] <= 0:
             break
         if prices[i] <= 0:
@@ -221,6 +222,17 @@ def execute_orders(cash: float, holdings: np.ndarray, prices: np.ndarray, orders
             holdings[i] += n
             traded[i] += n
     return cash, holdings, TradeResult(traded, fees)
+
+
+def check_env_params(market: MarketData, hmax: int, initial_amount: float, transaction_cost: float, window: int,
+                     turbulence_threshold: float | None) -> None:
+    """The checks the scalar and the batched env share, so both refuse the same settings with the same words."""
+    if hmax < 1 or initial_amount <= 0 or not 0 <= transaction_cost < 1 or window < 1:
+        raise DistlabError("trading env needs hmax >= 1, initial_amount > 0, 0 <= transaction_cost < 1 "
+                           "and window >= 1")
+    if turbulence_threshold is not None and market.turbulence is None:
+        raise DistlabError("turbulence_threshold is set but the market data has no turbulence: "
+                           "load it with turbulence=True or a CSV path")
 
 
 class StockTradingEnv(gym.Env):
@@ -237,12 +249,7 @@ class StockTradingEnv(gym.Env):
     def __init__(self, market: MarketData, hmax: int = 100, initial_amount: float = 1e6,
                  transaction_cost: float = 0.001, reward_scaling: float = 1e-4,
                  turbulence_threshold: float | None = None, window: int = 1, scale_obs: bool = True):
-        if hmax < 1 or initial_amount <= 0 or not 0 <= transaction_cost < 1 or window < 1:
-            raise DistlabError("trading env needs hmax >= 1, initial_amount > 0, 0 <= transaction_cost < 1 "
-                               "and window >= 1")
-        if turbulence_threshold is not None and market.turbulence is None:
-            raise DistlabError("turbulence_threshold is set but the market data has no turbulence: "
-                               "load it with turbulence=True or a CSV path")
+        check_env_params(market, hmax, initial_amount, transaction_cost, window, turbulence_threshold)
         self.market = market
         self.n = len(market.tics)
         self.hmax = hmax
