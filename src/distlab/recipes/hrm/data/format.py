@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from distlab.atomic import atomic_path
+from distlab.epoch_order import ExampleGroups
 from distlab.errors import DistlabError
 
 SPLITS = ("train", "test")
@@ -298,6 +299,24 @@ class PuzzleSplit:
             return sets[0].inputs, sets[0].labels, self._example_ids[0]
         return (np.concatenate([s.inputs for s in sets]), np.concatenate([s.labels for s in sets]),
                 np.concatenate(self._example_ids))
+
+    def example_groups(self) -> ExampleGroups:
+        """Groups (an original puzzle and its augmentations) of puzzles (members) of examples, over all
+        sets in order: what HRM's loader draws from, one puzzle per group per epoch."""
+        groups, members, n_examples, n_puzzles = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)], 0, 0
+        for s in self.sets.values():
+            groups.append(np.asarray(s.group_indices[1:], np.int64) + n_puzzles)
+            members.append(np.asarray(s.puzzle_indices[1:], np.int64) + n_examples)
+            n_puzzles += len(s.puzzle_identifiers)
+            n_examples += s.num_examples
+        return ExampleGroups(np.concatenate(groups), np.concatenate(members))
+
+    @property
+    def examples_per_epoch(self) -> float:
+        """HRM's epoch size, ``total_groups x mean_puzzle_examples`` (its ``pretrain.py`` step count)."""
+        num_puzzles = sum(len(s.puzzle_identifiers) for s in self.sets.values())
+        num_groups = sum(len(s.group_indices) - 1 for s in self.sets.values())
+        return num_groups * self.num_examples / num_puzzles
 
     @property
     def difficulty(self) -> np.ndarray | None:
