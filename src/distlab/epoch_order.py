@@ -37,6 +37,9 @@ class ExampleGroups:
         _check_offsets(g, len(m) - 1, "group", "members")
         object.__setattr__(self, "group_offsets", g)
         object.__setattr__(self, "member_offsets", m)
+        sizes = np.diff(m)  # computed once: the sampler asks for every batch
+        fixed = (len(g) - 1) * int(sizes[0]) if np.all(sizes == sizes[0]) else None
+        object.__setattr__(self, "_fixed_epoch_length", fixed)
 
     @classmethod
     def one_example_members(cls, group_offsets: np.ndarray) -> ExampleGroups:
@@ -55,8 +58,7 @@ class ExampleGroups:
     @property
     def fixed_epoch_length(self) -> int | None:
         """Examples per epoch when every member has the same size (else epochs differ in length)."""
-        sizes = np.diff(self.member_offsets)
-        return self.num_groups * int(sizes[0]) if np.all(sizes == sizes[0]) else None
+        return self._fixed_epoch_length
 
     def epoch(self, seed: int, epoch: int) -> np.ndarray:
         """Example indices of one epoch: groups in a seeded random order, one uniformly drawn member
