@@ -42,7 +42,10 @@ class HRMConfig(BaseConfig):
     arch: ArchConfig = field(default_factory=ArchConfig)
     global_batch_size: int = 768
     steps: int = 0  # total optimizer steps; 0 = derived from epochs
-    epochs: float = 1.0  # passes over the training examples (used when steps=0)
+    epochs: float = 1.0  # passes over the training set as HRM counts them (used when steps=0), see sampling
+    # groups: an epoch visits every group (original puzzle) once through one random augmentation, as HRM and TRM
+    # (epoch = total_groups x mean_puzzle_examples examples); examples: every stored example once (before 2026-11)
+    sampling: str = "groups"
     optimizer: str = "adam_atan2"  # adam_atan2 | adamw
     lr: float = 1e-4
     lr_min_ratio: float = 1.0

@@ -10,6 +10,7 @@ from distlab.recipes.hrm.config import HRMConfig
 from distlab.sampler import check_divisible
 
 PRESETS = Path(__file__).parent / "presets"
+SAMPLINGS = ("groups", "examples")
 
 
 def train(cfg: HRMConfig, session) -> dict:
@@ -38,6 +39,9 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
             load_split(path, split)
     if cfg.data.build not in ("none", "sudoku", "maze", "arc"):
         raise DistlabError(f"data.build={cfg.data.build!r} is not one of sudoku, maze, arc, none")
+    if cfg.sampling not in SAMPLINGS:
+        raise DistlabError(f"sampling={cfg.sampling!r} is not one of {', '.join(SAMPLINGS)}; use sampling=groups "
+                           "(HRM's epochs)")
     if cfg.optimizer not in ("adam_atan2", "adamw"):
         raise DistlabError(f"optimizer={cfg.optimizer!r} is not one of adam_atan2, adamw")
 

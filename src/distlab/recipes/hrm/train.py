@@ -32,10 +32,21 @@ from distlab.wrap import clip_grad, unwrap
 log = logging.getLogger("distlab")
 
 
-def total_steps(cfg: HRMConfig, num_examples: int) -> int:
+def total_steps(cfg: HRMConfig, split: PuzzleSplit) -> int:
+    """``steps``, or the steps ``epochs`` take: HRM's and TRM's ``pretrain.py`` count
+    ``int(epochs x total_groups x mean_puzzle_examples / global_batch_size)``."""
     if cfg.steps > 0:
         return cfg.steps
-    return max(1, math.ceil(cfg.epochs * num_examples / cfg.global_batch_size))
+    if cfg.sampling == "examples":
+        return max(1, math.ceil(cfg.epochs * split.num_examples / cfg.global_batch_size))
+    return max(1, int(cfg.epochs * split.examples_per_epoch / cfg.global_batch_size))
+
+
+def make_sampler(cfg: HRMConfig, split: PuzzleSplit, rank: int, world_size: int) -> GlobalBatchSampler:
+    """The training order: group-balanced epochs (HRM's) unless ``sampling=examples``."""
+    groups = split.example_groups() if cfg.sampling == "groups" else None
+    return GlobalBatchSampler(split.num_examples, cfg.global_batch_size, rank, world_size, cfg.run.seed,
+                              groups=groups)
 
 
 def metadata_dict(split: PuzzleSplit) -> dict:
@@ -76,9 +87,8 @@ def train(cfg: HRMConfig, session) -> dict:
     meta = metadata_dict(train_split)
     model, opts, ema = build(cfg, session, meta)
     dense = [o for o in opts if not isinstance(o, SparseSignSGD)]  # the sparse table lives in the model state
-    steps = total_steps(cfg, train_split.num_examples)
-    sampler = GlobalBatchSampler(train_split.num_examples, cfg.global_batch_size, rt.rank, rt.world_size,
-                                 cfg.run.seed)
+    steps = total_steps(cfg, train_split)
+    sampler = make_sampler(cfg, train_split, rt.rank, rt.world_size)
     carry_box = Box()
     track_state(session, model, dense, ema)
     session.track("sampler", sampler)

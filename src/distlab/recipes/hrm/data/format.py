@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from distlab.atomic import atomic_path
+from distlab.epoch_order import ExampleGroups
 from distlab.errors import DistlabError
 
 SPLITS = ("train", "test")
@@ -137,35 +138,63 @@ def write_identifiers(directory: str | os.PathLike, names: list[str]) -> None:
 
 
 class SplitBuilder:
-    """Accumulates puzzles (each a list of (input, label) examples) grouped with their augmentations."""
+    """Accumulates puzzles (each a list of (input, label) examples) grouped with their augmentations.
+
+    Rows are kept as array blocks so a builder can add thousands of one-example puzzles in one call
+    (``add_single_example_puzzles``): 1M Sudoku examples added one by one cost more than making them.
+    """
 
     def __init__(self, seq_len: int, dtype: Any = np.uint8) -> None:
         self.seq_len = seq_len
         self.dtype = dtype
-        self.inputs: list[np.ndarray] = []
-        self.labels: list[np.ndarray] = []
-        self.difficulty: list[float] = []
-        self.puzzle_identifiers: list[int] = []
-        self.puzzle_indices: list[int] = [0]
+        self._inputs: list[np.ndarray] = []
+        self._labels: list[np.ndarray] = []
+        self._difficulty: list[np.ndarray] = []
+        self._identifiers: list[np.ndarray] = []
+        self._puzzle_ends: list[np.ndarray] = []  # example offset after each puzzle
         self.group_indices: list[int] = [0]
+        self._num_examples = 0
+        self._num_puzzles = 0
+
+    def _rows(self, rows: Any, n: int) -> np.ndarray:
+        return np.asarray(rows, dtype=self.dtype).reshape(n, self.seq_len)
 
     def add_puzzle(self, examples: list[tuple[np.ndarray, np.ndarray]], identifier: int = 0,
                    difficulty: float | list[float] = float("nan")) -> None:
         if not examples:
             raise ValueError("a puzzle needs at least one example")
         diffs = difficulty if isinstance(difficulty, list) else [difficulty] * len(examples)
-        for (inp, lab), d in zip(examples, diffs, strict=True):
-            self.inputs.append(np.asarray(inp, dtype=self.dtype).reshape(self.seq_len))
-            self.labels.append(np.asarray(lab, dtype=self.dtype).reshape(self.seq_len))
-            self.difficulty.append(float(d))
-        self.puzzle_indices.append(len(self.inputs))
-        self.puzzle_identifiers.append(int(identifier))
+        if len(diffs) != len(examples):
+            raise ValueError(f"{len(diffs)} difficulties for {len(examples)} examples")
+        n = len(examples)
+        self._append(self._rows([e[0] for e in examples], n), self._rows([e[1] for e in examples], n),
+                     np.asarray(diffs, np.float32), np.array([identifier], np.int32),
+                     np.array([self._num_examples + n], np.int64))
+
+    def add_single_example_puzzles(self, inputs: np.ndarray, labels: np.ndarray, identifier: int = 0,
+                                   difficulty: float = float("nan")) -> None:
+        """Add ``len(inputs)`` puzzles of one example each (e.g. augmented copies) in one call."""
+        n = len(inputs)
+        if n == 0:
+            return
+        self._append(self._rows(inputs, n), self._rows(labels, n), np.full(n, difficulty, np.float32),
+                     np.full(n, identifier, np.int32), self._num_examples + np.arange(1, n + 1, dtype=np.int64))
+
+    def _append(self, inputs: np.ndarray, labels: np.ndarray, difficulty: np.ndarray, identifiers: np.ndarray,
+                ends: np.ndarray) -> None:
+        self._inputs.append(inputs)
+        self._labels.append(labels)
+        self._difficulty.append(difficulty)
+        self._identifiers.append(identifiers)
+        self._puzzle_ends.append(ends)
+        self._num_examples += len(inputs)
+        self._num_puzzles += len(identifiers)
 
     def end_group(self) -> None:
         """Close the current group (the original puzzle plus the augmentations added since)."""
-        if self.group_indices[-1] == len(self.puzzle_identifiers):
+        if self.group_indices[-1] == self._num_puzzles:
             raise ValueError("end_group() called on an empty group")
-        self.group_indices.append(len(self.puzzle_identifiers))
+        self.group_indices.append(self._num_puzzles)
 
     def add_group(self, puzzles: list[tuple[list[tuple[np.ndarray, np.ndarray]], int]],
                   difficulty: float = float("nan")) -> None:
@@ -175,21 +204,26 @@ class SplitBuilder:
 
     @property
     def num_examples(self) -> int:
-        return len(self.inputs)
+        return self._num_examples
 
     @property
     def num_groups(self) -> int:
         return len(self.group_indices) - 1
 
+    @staticmethod
+    def _cat(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
+        return np.concatenate(parts) if parts else empty
+
     def arrays(self) -> dict[str, np.ndarray]:
-        if self.group_indices[-1] != len(self.puzzle_identifiers):
+        if self.group_indices[-1] != self._num_puzzles:
             raise ValueError("the last group is still open: call end_group()")
         empty = np.zeros((0, self.seq_len), self.dtype)
+        ends = self._cat(self._puzzle_ends, np.zeros(0, np.int64))
         return dict(
-            inputs=np.stack(self.inputs) if self.inputs else empty,
-            labels=np.stack(self.labels) if self.labels else empty,
-            puzzle_identifiers=np.array(self.puzzle_identifiers, np.int32),
-            puzzle_indices=np.array(self.puzzle_indices, np.int32),
+            inputs=self._cat(self._inputs, empty),
+            labels=self._cat(self._labels, empty),
+            puzzle_identifiers=self._cat(self._identifiers, np.zeros(0, np.int32)),
+            puzzle_indices=np.concatenate([[0], ends]).astype(np.int32),
             group_indices=np.array(self.group_indices, np.int32),
         )
 
@@ -197,10 +231,10 @@ class SplitBuilder:
               set_name: str = "all", with_difficulty: bool = True) -> Path:
         """Write the split; ``total_groups``/``mean_puzzle_examples`` are filled in from the data."""
         arrays = self.arrays()
-        num_puzzles = len(self.puzzle_identifiers)
+        num_puzzles = self._num_puzzles
         metadata.total_groups = self.num_groups
         metadata.mean_puzzle_examples = self.num_examples / num_puzzles if num_puzzles else 0.0
-        diff = np.array(self.difficulty, np.float32) if with_difficulty else None
+        diff = self._cat(self._difficulty, np.zeros(0, np.float32)) if with_difficulty else None
         return write_split(directory, split, set_name, metadata=metadata, difficulty=diff, **arrays)
 
 
@@ -281,6 +315,24 @@ class PuzzleSplit:
             return sets[0].inputs, sets[0].labels, self._example_ids[0]
         return (np.concatenate([s.inputs for s in sets]), np.concatenate([s.labels for s in sets]),
                 np.concatenate(self._example_ids))
+
+    def example_groups(self) -> ExampleGroups:
+        """Groups (an original puzzle and its augmentations) of puzzles (members) of examples, over all
+        sets in order: what HRM's loader draws from, one puzzle per group per epoch."""
+        groups, members, n_examples, n_puzzles = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)], 0, 0
+        for s in self.sets.values():
+            groups.append(np.asarray(s.group_indices[1:], np.int64) + n_puzzles)
+            members.append(np.asarray(s.puzzle_indices[1:], np.int64) + n_examples)
+            n_puzzles += len(s.puzzle_identifiers)
+            n_examples += s.num_examples
+        return ExampleGroups(np.concatenate(groups), np.concatenate(members))
+
+    @property
+    def examples_per_epoch(self) -> float:
+        """HRM's epoch size, ``total_groups x mean_puzzle_examples`` (its ``pretrain.py`` step count)."""
+        num_puzzles = sum(len(s.puzzle_identifiers) for s in self.sets.values())
+        num_groups = sum(len(s.group_indices) - 1 for s in self.sets.values())
+        return num_groups * self.num_examples / num_puzzles
 
     @property
     def difficulty(self) -> np.ndarray | None:
