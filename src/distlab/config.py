@@ -93,6 +93,8 @@ class LogConfig:
     wandb_mode: str = "offline"
     wandb_group: str | None = None
     peak_tflops: float | None = None  # per device; default: a table of known GPUs, none on CPU
+    profile_steps: int = 0  # > 0: torch.profiler over this many steps on rank 0 -> <run>/profile/ (0 = off)
+    profile_wait: int = 10  # steps before recording starts (compilation and warm-up), 1 or more
 
 
 @dataclass
@@ -260,7 +262,7 @@ def resolve_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any
 
 # Core settings only some recipes act on; a recipe lists the ones it honours in ``Recipe.supports``
 # and any other one set away from its default is refused instead of being silently ignored.
-OPTIONAL_CORE_KEYS = ("dist.grad_accum", "run.time_limit_s", "dist.wrap", "dist.compile")
+OPTIONAL_CORE_KEYS = ("dist.grad_accum", "run.time_limit_s", "dist.wrap", "dist.compile", "log.profile_steps")
 
 # Leaf names of numeric keys that count something or scale something, so 0 or less is meaningless.
 # When a recipe's default for such a key is 0, 0 keeps its "off/automatic" meaning and is allowed.
@@ -269,7 +271,7 @@ POSITIVE_KEYS = frozenset({
     "base_world_size", "timeout_s", "keep_last", "devices_per_rank", "bucket_mb", "num_examples", "vocab",
     "d_model", "n_layers", "n_heads", "total_timesteps", "num_envs", "num_steps", "num_minibatches",
     "update_epochs", "prompts_per_step", "num_generations", "num_iterations", "logprob_chunk", "dim", "actions",
-    "train_size", "test_size", "workers", "sft_lr", "critic_lr", "max_new_tokens", "hidden_size",
+    "train_size", "test_size", "workers", "sft_lr", "critic_lr", "max_new_tokens", "hidden_size", "profile_wait",
 })
 DIST_BACKENDS = ("auto", "nccl", "gloo")
 DIST_DEVICES = ("auto", "cpu", "cuda")

@@ -20,8 +20,9 @@ from distlab.checkpoint import CheckpointManager, TrainState
 from distlab.config import BaseConfig, Resume, to_yaml
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
-from distlab.rundir import checkpoints_dir
 from distlab.logs import MetricLogger, Progress, Throughput, peak_flops
+from distlab.profiling import StepProfiler
+from distlab.rundir import checkpoints_dir
 from distlab.wrap import autocast, no_sync, set_fast_math, wrap_model
 
 log = logging.getLogger("distlab")
@@ -75,6 +76,8 @@ class Session:
         self.state = TrainState()
         self.resumed: dict | None = None
         self._t0 = time.monotonic()
+        self.profiler = StepProfiler(self.run_dir / "profile", cfg.log.profile_steps, cfg.log.profile_wait, rt.device,
+                                     enabled=rt.is_main and not eval_mode)
         set_fast_math(rt, cfg.dist.tf32)
 
     # -- model helpers ----------------------------------------------------------------------
@@ -192,7 +195,12 @@ class Session:
         return self.stop_check(step)[0]
 
     # -- end --------------------------------------------------------------------------------
+    def profile_step(self) -> None:
+        """Once per training step: records ``log.profile_steps`` steps into ``<run>/profile/`` (rank 0)."""
+        self.profiler.step()
+
     def finish(self, summary: dict) -> None:
+        self.profiler.close()
         self.ckpt.wait()
         # any rank may have been the one signalled; every rank learns which signal it was
         signum = next((x for x in self.rt.all_gather_object(stop_signal()) if x is not None), None)

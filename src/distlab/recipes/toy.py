@@ -20,6 +20,7 @@ from torch import nn
 from distlab.config import BaseConfig
 from distlab.dist import module_checksum
 from distlab.errors import DistlabError
+from distlab.profiling import phase
 from distlab.recipe import Recipe
 from distlab.sampler import GlobalBatchSampler, check_divisible, eval_shard
 from distlab.wrap import clip_grad, unwrap
@@ -162,15 +163,19 @@ def train(cfg: ToyConfig, session) -> dict:
         for m in range(cfg.dist.grad_accum):
             batch = data[idx[m * micro:(m + 1) * micro]].to(rt.device)
             with session.no_sync(model, m), session.autocast():
-                loss, correct, count = _loss_sums(model, batch)
-                (loss * rt.world_size / global_tokens).backward()
+                with phase("forward"):
+                    loss, correct, count = _loss_sums(model, batch)
+                with phase("backward"):
+                    (loss * rt.world_size / global_tokens).backward()
             sums["loss"] += float(loss.detach())
             sums["correct"] += float(correct)
             sums["tokens"] += count
-        gnorm = clip_grad(model, cfg.clip_grad)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        with phase("optimizer"):
+            gnorm = clip_grad(model, cfg.clip_grad)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         step += 1
+        session.profile_step()
         tot = rt.reduce_sums(sums)
         last = {"loss": tot["loss"] / tot["tokens"], "token_accuracy": tot["correct"] / tot["tokens"],
                 "grad_norm": gnorm, "lr": lr_at(step - 1, cfg)}
@@ -217,4 +222,4 @@ def validate(cfg: ToyConfig, world_size: int) -> None:
 RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_batch_size",), lr_keys=("lr",),
                 validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 report_metrics=("token_accuracy", "loss"), percent_metrics=("token_accuracy",),
-                supports=frozenset({"dist.grad_accum", "dist.wrap", "dist.compile"}))
+                supports=frozenset({"dist.grad_accum", "dist.wrap", "dist.compile", "log.profile_steps"}))

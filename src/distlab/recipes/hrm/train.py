@@ -26,6 +26,7 @@ from distlab.recipes.hrm.flops import flops_per_example
 from distlab.recipes.hrm.models.build import build_model
 from distlab.recipes.hrm.models.ema import EMA
 from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers, set_lr
+from distlab.profiling import phase
 from distlab.sampler import GlobalBatchSampler
 from distlab.wrap import clip_grad, unwrap
 
@@ -111,25 +112,30 @@ def train(cfg: HRMConfig, session) -> dict:
         # sequences of one micro-batch slot); gradients are all-reduced on the last micro-batch only
         metrics: dict = {}
         for micro, idx in enumerate(np.split(sampler.next(), accum)):
-            batch = make_batch(train_split, idx, rt.device, arrays)
+            with phase("data"):
+                batch = make_batch(train_split, idx, rt.device, arrays)
             if carries[micro] is None:
                 carries[micro] = unwrap(model).initial_carry(batch)
             with session.no_sync(model, micro):
-                with session.autocast():
+                with phase("forward"), session.autocast():
                     carries[micro], loss, part, _, _ = model(carries[micro], batch)
                 # HRM's loss is a sum over examples: / global batch makes it the global mean once the
                 # micro-batches are summed, x world size undoes DDP's averaging over ranks
-                ((loss / cfg.global_batch_size) * rt.world_size).backward()
+                with phase("backward"):
+                    ((loss / cfg.global_batch_size) * rt.world_size).backward()
             for k, v in part.items():  # sums (count, correct tokens, losses) add over micro-batches
                 metrics[k] = metrics.get(k, 0) + (v.detach() if hasattr(v, "detach") else v)
-        gnorm = clip_grad(model, cfg.clip_grad) if cfg.clip_grad > 0 else None
-        lrs = set_lr(opts, step, cfg.lr_warmup_steps, steps, cfg.lr_min_ratio)
-        for opt in opts:
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        with phase("optimizer"):
+            gnorm = clip_grad(model, cfg.clip_grad) if cfg.clip_grad > 0 else None
+            lrs = set_lr(opts, step, cfg.lr_warmup_steps, steps, cfg.lr_min_ratio)
+            for opt in opts:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
         if ema is not None:
-            ema.update(unwrap(model))
+            with phase("ema"):
+                ema.update(unwrap(model))
         step += 1
+        session.profile_step()
         flops_done += flops_step
         meter.add(cfg.global_batch_size, seq_tokens, flops_step)
         if step % cfg.log.every == 0 or step == steps:
@@ -147,11 +153,7 @@ def train(cfg: HRMConfig, session) -> dict:
         elapsed = elapsed_before + time.perf_counter() - t_start
         if cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
             _eval(cfg, session, model, ema, test_split, step, flops_done, elapsed, final=False)
-        stop, time_up = session.stop_check(step)
-        if time_up and step < steps:
-            log.info("run.time_limit_s reached at step %d of %d: evaluating now", step, steps)
-            steps = step
-        stop = stop and step < steps
+        stop, steps = session.stop_or_end(step, steps)
         carry_box.value, session.counters["elapsed_s"] = (carries[0] if accum == 1 else list(carries)), elapsed
         session.checkpoint(step, last=stop or step == steps)
         if stop:

@@ -1,0 +1,46 @@
+"""``log.profile_steps``: a real run writes a step profile whose numbers add up, and only where asked."""
+
+import gzip
+import json
+
+from clitools import run_cli, summary
+
+from distlab.profiling import kernel_kind
+
+TOY = ["train", "toy", "steps=8", "log.every=1", "num_examples=128", "global_batch_size=16", "d_model=32",
+       "eval_examples=32", "log.progress=false"]
+
+
+def test_profile_of_toy_run_has_phases_that_fit_in_the_step(tmp_path):
+    run_cli([*TOY, "run.name=prof", "log.profile_steps=3", "log.profile_wait=2"], tmp_path)
+    run = tmp_path / "runs" / "prof"
+    assert summary(run)["status"] == "completed"
+    prof = json.loads((run / "profile" / "summary.json").read_text())
+    assert prof["steps"] == 3 and prof["device"] == "cpu"
+    phases = prof["phases_ms_per_step"]
+    assert set(phases) == {"forward", "backward", "optimizer"}
+    assert all(v > 0 for v in phases.values())
+    # phases are nested in the step, so together they cannot exceed its wall time
+    assert sum(phases.values()) <= prof["wall_ms_per_step"] * 1.05
+    assert "kernel_ms_per_step" not in prof  # no device kernels on a CPU run
+    trace = json.loads(gzip.open(run / "profile" / "trace.json.gz").read())
+    assert any(e.get("name") == "phase:forward" for e in trace["traceEvents"])
+    assert "Self CPU" in (run / "profile" / "top_ops.txt").read_text()
+
+
+def test_no_profile_unless_asked_and_recipes_that_cannot_refuse(tmp_path):
+    run_cli([*TOY, "run.name=plain"], tmp_path)
+    assert not (tmp_path / "runs" / "plain" / "profile").exists()
+    p = run_cli(["train", "multitoy", "log.profile_steps=2"], tmp_path, check=False)
+    assert p.returncode == 2 and "ignores log.profile_steps" in p.stderr
+    p = run_cli([*TOY, "log.profile_wait=0", "log.profile_steps=2"], tmp_path, check=False)
+    assert p.returncode == 2 and "log.profile_wait=0" in p.stderr
+
+
+def test_kernel_kinds():
+    assert kernel_kind("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n") == "matmul"
+    assert kernel_kind("flash_fwd_kernel") == "attention"
+    assert kernel_kind("triton_poi_fused_add_mul_0") == "fused elementwise (triton)"
+    assert kernel_kind("Memcpy HtoD (Pageable -> Device)") == "copy"
+    assert kernel_kind("void at::native::vectorized_elementwise_kernel<4, ...>") == "elementwise"
+    assert kernel_kind("some_custom_thing") == "other"
