@@ -2,7 +2,8 @@
 
 * ``fp16`` / ``bf16``: each gradient bucket is cast to 16 bits, all-reduced, and cast back: half the bytes
   on the wire, at the rounding error of the 16-bit format (``default_hooks.fp16_compress_hook`` /
-  ``bf16_compress_hook``).
+  ``bf16_compress_hook``). DDP accepts the bf16 hook only with NCCL (CUDA) or XCCL: on gloo/CPU it is
+  refused in one line; fp16 works on both. fp16 can overflow above 65504: prefer bf16 on GPUs.
 * ``powersgd``: PowerSGD (Vogels et al. 2019): each gradient matrix is all-reduced as a rank-``r``
   factorisation with error feedback (``powerSGD_hook``), after ``dist.powersgd_start_iter`` plain steps.
   Vectors (biases, norms) and matrices too small to gain are all-reduced uncompressed. PowerSGD's
@@ -24,6 +25,8 @@ from distlab.errors import DistlabError
 log = logging.getLogger("distlab")
 
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+BF16_NEEDS_NCCL = ("dist.comm_hook=bf16 needs NCCL on CUDA (DDP refuses the bf16 hook on gloo/CPU); use "
+                   "dist.comm_hook=fp16 or powersgd here")
 
 
 def register_comm_hook(ddp_model: nn.Module, hook: str, process_group: Any = None, powersgd_rank: int = 4,
@@ -41,7 +44,10 @@ def register_comm_hook(ddp_model: nn.Module, hook: str, process_group: Any = Non
         ddp_model.register_comm_hook(process_group, default_hooks.fp16_compress_hook)
         return None
     if hook == "bf16":
-        ddp_model.register_comm_hook(process_group, default_hooks.bf16_compress_hook)
+        try:
+            ddp_model.register_comm_hook(process_group, default_hooks.bf16_compress_hook)
+        except TypeError:  # DDP allows it on NCCL (CUDA 11+, NCCL 2.10+) or XCCL only
+            raise DistlabError(BF16_NEEDS_NCCL) from None
         return None
     if hook == "powersgd":
         state = powerSGD_hook.PowerSGDState(process_group=process_group, matrix_approximation_rank=powersgd_rank,

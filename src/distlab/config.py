@@ -382,6 +382,10 @@ def check_memory_options(cfg: Any) -> None:
             if m.trainable and _plain(m.wrap) != "ddp":
                 raise DistlabError(f"dist.comm_hook={hook} needs DDP but models.{name}.wrap={_plain(m.wrap)}; use "
                                    f"models.{name}.wrap=ddp or dist.comm_hook=none")
+    if hook == "bf16" and (d.device == "cpu" or d.backend == "gloo"):
+        from distlab.comm_hooks import BF16_NEEDS_NCCL
+
+        raise DistlabError(BF16_NEEDS_NCCL)
     if hook == "powersgd" and d.powersgd_start_iter < 2:
         raise DistlabError(f"dist.powersgd_start_iter={d.powersgd_start_iter} is invalid: PowerSGD's error feedback "
                            f"needs at least 2 plain all-reduce steps first (default dist.powersgd_start_iter=10)")
