@@ -19,12 +19,15 @@ it, so checkpoints load with and without the option.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from functools import partial
 
 from torch import nn
 
 from distlab.errors import DistlabError
+
+log = logging.getLogger("distlab")
 
 WRAPPED = "_checkpoint_wrapped_module."
 
@@ -49,16 +52,19 @@ def chosen_blocks(blocks: Sequence[nn.Module], mode: str) -> list[nn.Module]:
 
 
 def apply_activation_checkpointing(model: nn.Module, mode: str, shard_modules: Sequence[nn.Module] = (),
-                                   name: str = "model") -> dict[int, nn.Module]:
+                                   name: str = "model", required: bool = True) -> dict[int, nn.Module]:
     """Wrap the chosen blocks of ``model`` in place; returns ``{id(block): wrapper}`` (empty for ``none``).
 
-    Must run before DDP/FSDP2/compile see the model. Raises a one-line error when the mode asks for
-    checkpointing and the model declares no blocks.
+    Must run before DDP/FSDP2/compile see the model. A model that declares no blocks is a one-line
+    error when ``required``; otherwise (a run's small side models, e.g. value heads) it is left as is.
     """
     mode = getattr(mode, "value", mode)
     if mode == "none":
         return {}
     targets = chosen_blocks(declared_blocks(model, shard_modules), mode)
+    if not targets and not required:
+        log.info("dist.activation_checkpointing=%s: %s declares no blocks; it keeps its activations", mode, name)
+        return {}
     if not targets:
         raise DistlabError(f"dist.activation_checkpointing={mode} but {name} ({type(model).__name__}) declares no "
                            f"blocks to recompute (define checkpoint_blocks() on it); use "

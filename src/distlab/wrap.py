@@ -31,7 +31,7 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
     wrap = Wrap(cfg.wrap if wrap is None else wrap)
     trainable = any(p.requires_grad for p in model.parameters())
     wrappers = apply_activation_checkpointing(model, cfg.activation_checkpointing if trainable else "none",
-                                              shard_modules or [], type(model).__name__)
+                                              shard_modules or [], type(model).__name__, required=False)
     if rt.distributed and wrap == Wrap.ddp and trainable:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
