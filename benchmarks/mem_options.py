@@ -51,7 +51,7 @@ SMOKE = ["dist.device=cpu", "global_batch_size=8", "arch.hidden_size=32", "arch.
 def hrm_args(steps: int, data_dir: str) -> list[str]:
     return ["train", "hrm", "--config", "sudoku-extreme-1k", f"steps={steps}", "eval_every=0", "log.every=5",
             "log.progress=false", "optimizer=adamw", f"data.path={data_dir}", "data.build=sudoku",
-            "data.train_size=1000", "data.test_size=64", "data.num_aug=0", "--gpus", "1"]
+            "data.train_size=200", "data.test_size=32", "data.num_aug=0", "data.min_difficulty=0", "--gpus", "1"]
 
 
 def grpo_args(steps: int, gguf: str | None, mbpp_dir: str | None) -> list[str]:
