@@ -39,6 +39,25 @@ class Precision(str, Enum):
     bf16 = "bf16"
 
 
+class ActivationCheckpointing(str, Enum):
+    none = "none"
+    blocks = "blocks"  # recompute every declared block in backward
+    selective = "selective"  # recompute every other declared block (0, 2, 4, ...): about half the saving, half the cost
+
+
+class CommHook(str, Enum):
+    none = "none"
+    fp16 = "fp16"
+    bf16 = "bf16"
+    powersgd = "powersgd"
+
+
+class StateDtype(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    int8 = "int8"
+
+
 class BatchScale(str, Enum):
     none = "none"
     linear = "linear"
@@ -73,6 +92,11 @@ class DistConfig:
     tf32: bool = True
     verify_init: bool = True  # all-gather a parameter checksum at start to prove ranks agree
     devices_per_rank: int = 1  # GPUs each rank drives (placement.<model>=cuda:N indexes them)
+    activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.none  # see distlab.activation_ckpt
+    comm_hook: CommHook = CommHook.none  # DDP gradient compression (see distlab.comm_hooks)
+    powersgd_rank: int = 4  # dist.comm_hook=powersgd: rank of the low-rank gradient approximation
+    powersgd_start_iter: int = 10  # plain all-reduce for this many steps before compressing (at least 2)
+    auto_micro_batch: bool = False  # probe the largest micro-batch that fits; dist.grad_accum makes up the rest
 
 
 @dataclass
@@ -95,6 +119,12 @@ class LogConfig:
     peak_tflops: float | None = None  # per device; default: a table of known GPUs, none on CPU
     profile_steps: int = 0  # > 0: torch.profiler over this many steps on rank 0 -> <run>/profile/ (0 = off)
     profile_wait: int = 10  # steps before recording starts (compilation and warm-up), 1 or more
+    memory_snapshot: bool = False  # CUDA: write memory_snapshot.pickle of the first steps (PyTorch memory viewer)
+
+
+@dataclass
+class OptimConfig:
+    state_dtype: StateDtype = StateDtype.fp32  # Adam moments in fp32, bf16 or int8 (torchao; see distlab.optim_state)
 
 
 @dataclass
@@ -111,6 +141,7 @@ class BaseConfig:
     ckpt: CkptConfig = field(default_factory=CkptConfig)
     log: LogConfig = field(default_factory=LogConfig)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
 
 
 def schema_keys(cls: type, prefix: str = "") -> list[str]:
@@ -208,6 +239,8 @@ def default_run_name(recipe: str, cfg: Any) -> str:
                                   enum_to_str=True)
     ident = {k: v for k, v in conf.items() if k not in IDENTITY_EXCLUDED}
     ident["seed"] = conf["run"]["seed"]
+    if ident.get("optim") == {"state_dtype": "fp32"}:  # the default: names of runs from before it existed hold
+        ident.pop("optim")
     digest = hashlib.sha1(OmegaConf.to_yaml(OmegaConf.create(ident), sort_keys=True).encode()).hexdigest()[:8]
     return f"{recipe}-{digest}"
 
@@ -262,7 +295,8 @@ def resolve_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any
 
 # Core settings only some recipes act on; a recipe lists the ones it honours in ``Recipe.supports``
 # and any other one set away from its default is refused instead of being silently ignored.
-OPTIONAL_CORE_KEYS = ("dist.grad_accum", "run.time_limit_s", "dist.wrap", "dist.compile", "log.profile_steps")
+OPTIONAL_CORE_KEYS = ("dist.grad_accum", "run.time_limit_s", "dist.wrap", "dist.compile", "log.profile_steps",
+                      "dist.activation_checkpointing", "dist.comm_hook", "dist.auto_micro_batch", "optim.state_dtype")
 
 # Leaf names of numeric keys that count something or scale something, so 0 or less is meaningless.
 # When a recipe's default for such a key is 0, 0 keeps its "off/automatic" meaning and is allowed.
@@ -272,6 +306,7 @@ POSITIVE_KEYS = frozenset({
     "d_model", "n_layers", "n_heads", "total_timesteps", "num_envs", "num_steps", "num_minibatches",
     "update_epochs", "prompts_per_step", "num_generations", "num_iterations", "logprob_chunk", "dim", "actions",
     "train_size", "test_size", "workers", "sft_lr", "critic_lr", "max_new_tokens", "hidden_size", "profile_wait",
+    "powersgd_rank",
 })
 DIST_BACKENDS = ("auto", "nccl", "gloo")
 DIST_DEVICES = ("auto", "cpu", "cuda")
@@ -327,6 +362,7 @@ def check_values(recipe: Any, cfg: Any) -> None:
     if cfg.ckpt.verify not in ("hash", "size"):
         raise DistlabError(f"ckpt.verify={cfg.ckpt.verify} is not one of hash, size; use ckpt.verify=hash")
     check_run_name(cfg.run.name)
+    check_memory_options(cfg)
     supports = getattr(recipe, "supports", None)
     if supports is not None and schema is not None:
         for key in OPTIONAL_CORE_KEYS:
@@ -334,6 +370,30 @@ def check_values(recipe: Any, cfg: Any) -> None:
                 honours = ", ".join(sorted(supports)) or "none of " + ", ".join(OPTIONAL_CORE_KEYS)
                 raise DistlabError(f"recipe '{recipe.name}' ignores {key} (set to {_plain(_get(cfg, key))}); remove "
                                    f"it (of these core settings it honours: {honours})")
+
+
+def check_memory_options(cfg: Any) -> None:
+    """Combinations of the memory and communication options that cannot work, refused before any process starts."""
+    d = cfg.dist
+    hook, wrap = _plain(d.comm_hook), _plain(d.wrap)
+    if hook != "none" and wrap != "ddp":
+        raise DistlabError(f"dist.comm_hook={hook} compresses DDP's gradient all-reduce but dist.wrap={wrap}; use "
+                           f"dist.wrap=ddp or dist.comm_hook=none (FSDP2 reduce-scatters and has no DDP comm hooks)")
+    if hook != "none":
+        for name, m in (getattr(cfg, "models", None) or {}).items():
+            if m.trainable and _plain(m.wrap) != "ddp":
+                raise DistlabError(f"dist.comm_hook={hook} needs DDP but models.{name}.wrap={_plain(m.wrap)}; use "
+                                   f"models.{name}.wrap=ddp or dist.comm_hook=none")
+    if hook == "bf16" and (d.device == "cpu" or d.backend == "gloo"):
+        from distlab.comm_hooks import BF16_NEEDS_NCCL
+
+        raise DistlabError(BF16_NEEDS_NCCL)
+    if hook == "powersgd" and d.powersgd_start_iter < 2:
+        raise DistlabError(f"dist.powersgd_start_iter={d.powersgd_start_iter} is invalid: PowerSGD's error feedback "
+                           f"needs at least 2 plain all-reduce steps first (default dist.powersgd_start_iter=10)")
+    if d.auto_micro_batch and d.grad_accum != 1:
+        raise DistlabError(f"dist.auto_micro_batch=true chooses dist.grad_accum itself (set to {d.grad_accum}); "
+                           f"remove one of them")
 
 
 def _plain(value: Any) -> Any:

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,10 @@ def setup_logging(run_dir: Path | None, rank: int, verbose: bool = False) -> Non
 class MetricLogger:
     """Rank-0 metrics sink: JSON lines plus optional TensorBoard and W&B."""
 
-    def __init__(self, run_dir: Path, enabled: bool, cfg: Any = None, run_name: str = "", config: dict | None = None):
+    def __init__(self, run_dir: Path, enabled: bool, cfg: Any = None, run_name: str = "", config: dict | None = None,
+                 extra: Callable[[], dict[str, Any]] | None = None):
         self.enabled = enabled
+        self.extra = extra  # values added to every train row (the session's peak memory per device)
         self.path = run_dir / "metrics.jsonl"
         self._tb = self._wandb = None
         if not enabled:
@@ -75,6 +78,8 @@ class MetricLogger:
     def log(self, step: int, metrics: dict[str, Any], split: str = "train") -> None:
         if not self.enabled:
             return
+        if split == "train" and self.extra is not None:
+            metrics = {**self.extra(), **metrics}
         row = json_safe({"step": step, "split": split, "time": time.time(), **metrics})  # NaN -> null: real JSON
         self._f.write(json.dumps(row, default=float, allow_nan=False) + "\n")
         self._f.flush()
@@ -212,3 +217,13 @@ def peak_memory(rt) -> dict[str, float]:
         return {}
     return {f"peak_mem_gib_cuda{d.index}": torch.cuda.max_memory_allocated(d) / 2**30
             for d in (rt.devices or [rt.device])}
+
+
+def device_peak_memory(rt) -> dict[str, float]:
+    """What every train row of metrics.jsonl carries: :func:`peak_memory` per GPU, or on a CPU run the
+    process's peak resident memory (``peak_rss_gib``: the host is the device there)."""
+    import resource
+
+    if rt.device.type == "cuda":
+        return peak_memory(rt)
+    return {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30}

@@ -15,8 +15,9 @@ from typing import Any
 
 from distlab.errors import DistlabError, near_matches
 
-# Bytes of optimizer state per *trainable* parameter. Adam keeps two fp32 moments.
-OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 8, "adamw": 8, "sgd": 4, "none": 0}
+# Bytes of optimizer state per *trainable* parameter. Adam keeps two fp32 moments; optim.state_dtype=bf16 or
+# int8 stores them in 2 or 1 byte(s) each (adam_bf16, adam_int8; int8's per-block scales are under 2%).
+OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 8, "adamw": 8, "adam_bf16": 4, "adam_int8": 2, "sgd": 4, "none": 0}
 
 
 @dataclass(frozen=True)

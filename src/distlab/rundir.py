@@ -99,6 +99,15 @@ def write_manifest(run_dir: Path, data: dict[str, Any]) -> None:
     atomic_write_json(path, data)
 
 
+def update_manifest(run_dir: Path, entries: dict[str, Any]) -> None:
+    """Add what is only known once training starts (e.g. the automatic micro-batch) to ``manifest.json``."""
+    import json
+
+    path = run_dir / "manifest.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    atomic_write_json(path, {**data, **entries})
+
+
 LOCK_FILE = ".lock"
 LOCK_ENV = "DISTLAB_RUN_LOCK"  # set by the process holding the lock, so its own ranks do not take it again
 

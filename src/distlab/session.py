@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ from distlab.checkpoint import CheckpointManager, TrainState
 from distlab.config import BaseConfig, Resume, to_yaml
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
-from distlab.logs import MetricLogger, Progress, Throughput, peak_flops
+from distlab.logs import MetricLogger, Progress, Throughput, device_peak_memory, peak_flops
+from distlab.memory_snapshot import MemorySnapshot
 from distlab.profiling import StepProfiler
-from distlab.rundir import checkpoints_dir
+from distlab.rundir import checkpoints_dir, update_manifest
 from distlab.wrap import autocast, no_sync, set_fast_math, wrap_model
 
 log = logging.getLogger("distlab")
@@ -72,17 +74,46 @@ class Session:
         self.ckpt = CheckpointManager(ckpt_root or checkpoints_dir(self.run_dir), rt, cfg.ckpt.keep_last,
                                       cfg.ckpt.async_save, cfg.ckpt.verify, create=not eval_mode)
         self.metrics = MetricLogger(self.run_dir, rt.is_main, cfg.log, cfg.run.name,
-                                    config={"yaml": to_yaml(cfg)} if rt.is_main else None)
+                                    config={"yaml": to_yaml(cfg)} if rt.is_main else None,
+                                    extra=lambda: device_peak_memory(rt))
         self.state = TrainState()
         self.resumed: dict | None = None
         self._t0 = time.monotonic()
         self.profiler = StepProfiler(self.run_dir / "profile", cfg.log.profile_steps, cfg.log.profile_wait, rt.device,
                                      enabled=rt.is_main and not eval_mode)
+        self._steps_here = 0  # steps this process has run (stop_check calls): the snapshot covers the first ones
+        self.snapshot = MemorySnapshot(bool(getattr(cfg.log, "memory_snapshot", False)) and not eval_mode,
+                                       rt.device, self.run_dir, rt.rank)
         set_fast_math(rt, cfg.dist.tf32)
 
     # -- model helpers ----------------------------------------------------------------------
     def wrap(self, model: nn.Module, shard_modules: list[nn.Module] | None = None, find_unused: bool = False) -> nn.Module:
         return wrap_model(model, self.rt, self.cfg.dist, shard_modules, find_unused)
+
+    def auto_micro_batch(self, model: nn.Module, per_rank: int, probe: Callable[[int], None]) -> int:
+        """With ``dist.auto_micro_batch=true``, set ``dist.grad_accum`` so micro-batches are the largest that fit.
+
+        ``probe(n)`` runs the recipe's forward and backward on ``n`` examples; gradients and the RNG state
+        it leaves are discarded. The choice is recorded in ``manifest.json``. Returns ``dist.grad_accum``.
+        Call it before :meth:`restore` (state that depends on the accumulation count is restored after).
+        """
+        if not self.cfg.dist.auto_micro_batch:
+            return self.cfg.dist.grad_accum
+        from distlab.micro_batch import choose_micro_batch
+
+        def clean_probe(n: int) -> None:
+            devices = [d for d in (self.rt.devices or [self.rt.device]) if d.type == "cuda"]
+            with torch.random.fork_rng(devices=devices):
+                try:
+                    probe(n)
+                finally:
+                    model.zero_grad(set_to_none=True)
+
+        plan = choose_micro_batch(per_rank, clean_probe, self.rt.device, self.rt)
+        self.cfg.dist.grad_accum = plan["grad_accum"]
+        if self.rt.is_main:
+            update_manifest(self.run_dir, {"auto_micro_batch": plan})
+        return plan["grad_accum"]
 
     def autocast(self):
         return autocast(self.rt, self.cfg.dist.precision)
@@ -177,6 +208,8 @@ class Session:
         Stop: SIGUSR1 arrived on some rank or ``run.stop_at`` is reached (checkpoint, then exit).
         Time up: ``run.time_limit_s`` of wall time is spent on some rank (end training, evaluate).
         """
+        self._steps_here += 1
+        self.snapshot.after_step(self._steps_here)
         limit = self.cfg.run.time_limit_s
         over = bool(limit) and time.monotonic() - self._t0 > limit
         signalled, time_up = self.rt.any_flags(self._stop_signal, over)
@@ -201,6 +234,7 @@ class Session:
 
     def finish(self, summary: dict) -> None:
         self.profiler.close()
+        self.snapshot.close()
         self.ckpt.wait()
         # any rank may have been the one signalled; every rank learns which signal it was
         signum = next((x for x in self.rt.all_gather_object(stop_signal()) if x is not None), None)

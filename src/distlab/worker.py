@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import OmegaConf
 
 from distlab.config import finalize_config, resolve_config, to_object, to_yaml
@@ -167,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         result = run(a.recipe, a.config, a.overrides, a.eval_checkpoint, a.eval_output)
     except DistlabError as exc:
         return _fail(rank, "error", str(exc), 2)
+    except torch.OutOfMemoryError:
+        log.error("rank %s ran out of device memory:\n%s", rank, traceback.format_exc())
+        return _fail(rank, "error", _oom_line(a, rank), 1)
     except KeyboardInterrupt:
         return _fail(rank, "interrupted", "stopped by a second signal before a checkpoint could be taken", 130)
     except OSError as exc:
@@ -193,6 +197,17 @@ def main(argv: list[str] | None = None) -> int:
         # reads summary.json and returns 128+N itself
         return 0 if os.environ.get(LAUNCHER_PID_ENV) else 128 + signum
     return 0
+
+
+def _oom_line(a: argparse.Namespace, rank: str) -> str:
+    """The one-line out-of-memory report (:func:`distlab.oom.oom_message`) for this rank's config."""
+    from distlab.oom import oom_message
+
+    try:
+        recipe = load_recipe(a.recipe)
+        return oom_message(recipe, resolve_config(recipe, a.config, a.overrides), rank)
+    except Exception:
+        return f"CUDA out of memory on rank {rank}; see `distlab doctor --recipe {a.recipe}` for the estimate"
 
 
 def _to_rank_log(rank: str, text: str) -> None:

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from distlab.activation_ckpt import apply_activation_checkpointing
+from distlab.comm_hooks import register_comm_hook
 from distlab.config import DistConfig, Precision, Wrap
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
@@ -20,12 +22,17 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
 
     FSDP2 shards each module in ``shard_modules`` (e.g. transformer blocks) and then the root, so
     only one block's full parameters exist at a time; DDP keeps whole replicas and overlaps the
-    bucketed gradient all-reduce with the backward pass.
+    bucketed gradient all-reduce with the backward pass. Activation checkpointing
+    (``dist.activation_checkpointing``) wraps the declared blocks first and a DDP communication
+    hook (``dist.comm_hook``) is registered on the DDP wrapper, so all three compose with compile.
     """
     device = rt.device if device is None else device
     model = model.to(device)
     wrap = Wrap(cfg.wrap if wrap is None else wrap)
-    if rt.distributed and wrap == Wrap.ddp and any(p.requires_grad for p in model.parameters()):
+    trainable = any(p.requires_grad for p in model.parameters())
+    wrappers = apply_activation_checkpointing(model, cfg.activation_checkpointing if trainable else "none",
+                                              shard_modules or [], type(model).__name__, required=False)
+    if rt.distributed and wrap == Wrap.ddp and trainable:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [device.index] if device.type == "cuda" else None
@@ -33,13 +40,14 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
         group = rt._monitor if device.type == "cpu" and rt.backend == "nccl" else None
         model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_mb, broadcast_buffers=False,
                     find_unused_parameters=find_unused, process_group=group)
+        register_comm_hook(model, cfg.comm_hook, group, cfg.powersgd_rank, cfg.powersgd_start_iter)
     elif wrap == Wrap.fsdp and rt.distributed:
         try:
             from torch.distributed.fsdp import fully_shard
         except ImportError:  # torch < 2.6 kept it under _composable
             from torch.distributed._composable.fsdp import fully_shard
         for m in shard_modules or []:
-            fully_shard(m)
+            fully_shard(wrappers.get(id(m), m))  # a checkpointed block is sharded as its wrapper (torchtitan's order)
         fully_shard(model)
     if cfg.compile if compile is None else compile:
         model = torch.compile(model)

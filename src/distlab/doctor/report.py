@@ -154,7 +154,13 @@ def recipe_model_spec(recipe_name: str, overrides: list[str], presets: list[str]
     recipe = load_recipe(recipe_name)
     if recipe.model_spec is None:
         raise DistlabError(f"recipe '{recipe_name}' gives no memory model; run doctor without --recipe")
-    return recipe.model_spec(resolve_config(recipe, presets, overrides))
+    from distlab.oom import adjust_for_state_dtype
+
+    cfg = resolve_config(recipe, presets, overrides)
+    specs = recipe.model_spec(cfg)
+    if isinstance(specs, list):
+        return [adjust_for_state_dtype(s, cfg.optim.state_dtype) for s in specs]
+    return adjust_for_state_dtype(specs, cfg.optim.state_dtype)
 
 
 def run_from_args(args: argparse.Namespace, extra: list[str] | None = None, model: ModelSpec | None = None) -> int:

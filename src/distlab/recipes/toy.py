@@ -20,6 +20,7 @@ from torch import nn
 from distlab.config import BaseConfig
 from distlab.dist import module_checksum
 from distlab.errors import DistlabError
+from distlab.optim_state import adamw
 from distlab.profiling import phase
 from distlab.recipe import Recipe
 from distlab.sampler import GlobalBatchSampler, check_divisible, eval_shard
@@ -43,6 +44,7 @@ class ToyConfig(BaseConfig):
     n_layers: int = 2
     n_heads: int = 4
     step_delay_s: float = 0.0  # slows each step (fault-injection tests need time to act)
+    record_sample_ids: bool = False  # log every step's example ids, all ranks, in order (data-order tests)
 
 
 def make_sequences(n: int, seq_len: int, vocab: int, seed: int) -> torch.Tensor:
@@ -143,8 +145,16 @@ def train(cfg: ToyConfig, session) -> dict:
     if cfg.dist.verify_init:
         rt.verify_identical(core, "initial parameters")
     model = session.wrap(core, shard_modules=list(core.blocks))
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = adamw(model.parameters(), cfg.optim.state_dtype, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sampler = GlobalBatchSampler(cfg.num_examples, cfg.global_batch_size, rt.rank, rt.world_size, cfg.run.seed)
+    global_tokens = cfg.global_batch_size * cfg.seq_len
+
+    def probe(n: int) -> None:  # dist.auto_micro_batch: one training micro-step's memory on n examples
+        with session.autocast():
+            loss = _loss_sums(unwrap(model), data[:n].to(rt.device))[0]
+        (loss / global_tokens).backward()
+
+    session.auto_micro_batch(model, check_divisible(cfg.global_batch_size, rt.world_size), probe)
     micro = check_divisible(cfg.global_batch_size, rt.world_size, cfg.dist.grad_accum)
     session.track_model("model", model, [opt])
     session.track("sampler", sampler)
@@ -152,7 +162,6 @@ def train(cfg: ToyConfig, session) -> dict:
     progress, meter = session.progress(cfg.steps, step), session.throughput()
     flops = flops_per_example(cfg)
     status, last = "completed", {}
-    global_tokens = cfg.global_batch_size * cfg.seq_len
     while step < cfg.steps:
         if cfg.step_delay_s:
             time.sleep(cfg.step_delay_s)
@@ -160,7 +169,9 @@ def train(cfg: ToyConfig, session) -> dict:
             g["lr"] = lr_at(step, cfg)
         idx = sampler.next()
         sums = {"loss": 0.0, "correct": 0.0, "tokens": 0.0}
+        fed: list[int] = []  # the example ids in the order the micro-batches consumed them
         for m in range(cfg.dist.grad_accum):
+            fed.extend(int(i) for i in idx[m * micro:(m + 1) * micro])
             batch = data[idx[m * micro:(m + 1) * micro]].to(rt.device)
             with session.no_sync(model, m), session.autocast():
                 with phase("forward"):
@@ -170,6 +181,9 @@ def train(cfg: ToyConfig, session) -> dict:
             sums["loss"] += float(loss.detach())
             sums["correct"] += float(correct)
             sums["tokens"] += count
+        if cfg.record_sample_ids:
+            session.metrics.log(step + 1, {"sample_ids": _gathered_ids(rt, fed), "micro_steps": cfg.dist.grad_accum},
+                                split="samples")
         with phase("optimizer"):
             gnorm = clip_grad(model, cfg.clip_grad)
             opt.step()
@@ -198,6 +212,11 @@ def train(cfg: ToyConfig, session) -> dict:
             "param_checksum": module_checksum(unwrap(model)), "pid": os.getpid(), "world_size": rt.world_size}
 
 
+def _gathered_ids(rt, idx) -> list[int]:
+    """The step's example ids, rank after rank (the same list whatever the micro-batching)."""
+    return [int(i) for ids in rt.all_gather_object([int(i) for i in idx]) for i in ids]
+
+
 def evaluate_checkpoint(cfg: ToyConfig, session, ckpt) -> dict:
     core = ToyLM(cfg)
     model = session.wrap(core, shard_modules=list(core.blocks))
@@ -222,4 +241,6 @@ def validate(cfg: ToyConfig, world_size: int) -> None:
 RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_batch_size",), lr_keys=("lr",),
                 validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 report_metrics=("token_accuracy", "loss"), percent_metrics=("token_accuracy",),
-                supports=frozenset({"dist.grad_accum", "dist.wrap", "dist.compile", "log.profile_steps"}))
+                supports=frozenset({"dist.grad_accum", "dist.wrap", "dist.compile", "log.profile_steps",
+                                    "dist.activation_checkpointing", "dist.comm_hook", "dist.auto_micro_batch",
+                                    "optim.state_dtype"}))

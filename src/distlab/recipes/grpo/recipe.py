@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
+from distlab.recipes.lm.settings import check_checkpointing
 from distlab.recipes.grpo.config import ALIASES, GRPOConfig
 
 PRESETS = Path(__file__).parent / "presets"
@@ -22,6 +24,7 @@ def validate(cfg: GRPOConfig, world_size: int) -> None:
 
     check(cfg, world_size)
     resolve_source(cfg.model.source)  # a bad source fails here, before any rank loads it
+    check_checkpointing(cfg)
 
 
 def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
@@ -47,4 +50,5 @@ RECIPE = Recipe(name="grpo", config=GRPOConfig, train=train, presets_dir=PRESETS
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 register_commands=register_commands, aliases=ALIASES,
                 report_metrics=("pass@1", "sampled_pass@1", "reward_mean"),
-                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile"}))
+                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile", "dist.activation_checkpointing",
+                                    "dist.comm_hook", "optim.state_dtype"}))

@@ -20,6 +20,7 @@ from distlab.checkpoint import Box
 from distlab.dist import module_checksum
 from distlab.errors import DistlabError
 from distlab.logs import peak_memory
+from distlab.optim_state import adamw
 from distlab.recipes.grpo.config import GRPOConfig
 from distlab.recipes.grpo.loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts,
                                        policy_loss, reward_moments, std_from_moments)
@@ -77,7 +78,7 @@ def train(cfg: GRPOConfig, session) -> dict:
     policy, tok = load_placed("policy", cfg, session, cfg.run.seed)
     reference = load_placed("reference", cfg, session, cfg.run.seed, lora=False)[0] if cfg.beta > 0 else None
     params = [p for p in policy.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = adamw(params, cfg.optim.state_dtype, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sampler = GlobalBatchSampler(len(tasks), cfg.prompts_per_step, rt.rank, rt.world_size, cfg.run.seed)
     scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
     few_shot = tasks[: cfg.task.few_shot]

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from distlab.errors import DistlabError, near_matches
+from distlab.optim_state import adamw
 
 from .models.puzzle_emb import SparsePuzzleEmbedding
 
@@ -58,10 +59,12 @@ def adam_atan2(params: Iterable[nn.Parameter], lr: float, weight_decay: float,
 
 def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float = 1e-4, weight_decay: float = 0.1,
                      betas: tuple[float, float] = (0.9, 0.95), puzzle_emb_lr: float = 1e-2,
-                     puzzle_emb_weight_decay: float = 0.1) -> list[torch.optim.Optimizer]:
+                     puzzle_emb_weight_decay: float = 0.1, state_dtype: str = "fp32") -> list[torch.optim.Optimizer]:
     """Dense optimizer for the parameters plus, when the model has puzzle embeddings, SparseSignSGD.
 
     Every param group records ``base_lr`` for :func:`set_lr`. ``model`` may be DDP/compile wrapped.
+    ``state_dtype`` (``optim.state_dtype``) applies to AdamW, built by the core's
+    :func:`distlab.optim_state.adamw`; Adam-atan2 keeps fp32 moments (its package has no other).
     """
     if optimizer not in OPTIMIZERS:
         hint = near_matches(optimizer, OPTIMIZERS)
@@ -72,7 +75,7 @@ def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float 
     if optimizer == "adam_atan2":
         dense = adam_atan2(params, lr, weight_decay, betas)
     else:
-        dense = torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
+        dense = adamw(params, state_dtype, lr=lr, betas=betas, weight_decay=weight_decay)
     opts = [dense]
     emb = _find_puzzle_emb(model)
     if emb is not None:

@@ -44,6 +44,10 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
                            "(HRM's epochs)")
     if cfg.optimizer not in ("adam_atan2", "adamw"):
         raise DistlabError(f"optimizer={cfg.optimizer!r} is not one of adam_atan2, adamw")
+    state = getattr(cfg.optim.state_dtype, "value", cfg.optim.state_dtype)
+    if state != "fp32" and cfg.optimizer != "adamw":
+        raise DistlabError(f"optim.state_dtype={state} applies to AdamW; optimizer={cfg.optimizer} keeps fp32 "
+                           f"moments: add optimizer=adamw or use optim.state_dtype=fp32")
 
 
 def evaluate_checkpoint(cfg: HRMConfig, session, ckpt: Path) -> dict:
@@ -95,4 +99,5 @@ RECIPE = Recipe(name="hrm", config=HRMConfig, train=train, presets_dir=PRESETS,
                 evaluate=evaluate_checkpoint, model_spec=model_spec, register_commands=register_commands,
                 report_metrics=("exact_accuracy", "token_accuracy", "pass@1", "pass@2", "pass@10", "pass@100"),
                 supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile", "dist.grad_accum",
-                                    "log.profile_steps"}))
+                                    "log.profile_steps", "dist.activation_checkpointing", "dist.comm_hook",
+                                    "dist.auto_micro_batch", "optim.state_dtype"}))

@@ -68,7 +68,7 @@ def build(cfg: HRMConfig, session, meta: dict):
                 p.requires_grad_(False)
     model = session.wrap(core)
     opts = build_optimizers(unwrap(model), cfg.optimizer, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2),
-                            cfg.puzzle_emb_lr, cfg.puzzle_emb_weight_decay)
+                            cfg.puzzle_emb_lr, cfg.puzzle_emb_weight_decay, cfg.optim.state_dtype)
     decay = 0.999 if cfg.arch.ema_decay is None else cfg.arch.ema_decay
     ema = EMA(unwrap(model), decay, warmup=cfg.ema_warmup) if cfg.ema else None
     return model, opts, ema
@@ -90,6 +90,8 @@ def train(cfg: HRMConfig, session) -> dict:
     dense = [o for o in opts if not isinstance(o, SparseSignSGD)]  # the sparse table lives in the model state
     steps = total_steps(cfg, train_split)
     sampler = make_sampler(cfg, train_split, rt.rank, rt.world_size)
+    session.auto_micro_batch(model, cfg.global_batch_size // rt.world_size,
+                             _probe(cfg, session, model, train_split))
     carry_box = Box()
     track_state(session, model, dense, ema)
     session.track("sampler", sampler)
@@ -168,6 +170,25 @@ def train(cfg: HRMConfig, session) -> dict:
         elapsed = elapsed_before + time.perf_counter() - t_start
         result["eval"] = _eval(cfg, session, model, ema, test_split, step, flops_done, elapsed, final=True)
     return result
+
+
+def _probe(cfg: HRMConfig, session, model, split: PuzzleSplit):
+    """``dist.auto_micro_batch``'s probe: one fresh-carry training segment on ``n`` examples, its puzzle-embedding
+    gradients dropped (the unwrapped module: no DDP collective, so ranks probe independently)."""
+    from distlab.recipes.hrm.optim import _find_puzzle_emb
+
+    def probe(n: int) -> None:
+        inner = unwrap(model)
+        batch = make_batch(split, np.arange(n) % split.num_examples, session.rt.device)
+        try:
+            with session.autocast():
+                _, loss, _, _, _ = inner(inner.initial_carry(batch), batch)
+            (loss / cfg.global_batch_size).backward()
+        finally:
+            emb = _find_puzzle_emb(inner)
+            if emb is not None:
+                emb.pop_local_grads()
+    return probe
 
 
 def _restored_carries(saved, accum: int) -> list:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from distlab.errors import DistlabError
 
 
 @dataclass
@@ -46,3 +49,12 @@ class EvalConfig:
     eval_temperature: float = 0.8
     ks: str = "1"  # comma-separated k for pass@k (each <= samples)
     before: bool = True  # score the starting model too, on the same tasks (a paired comparison)
+
+
+def check_checkpointing(cfg: Any) -> None:
+    """transformers' own recomputation and the core's would recompute every layer twice: one of them."""
+    mode = getattr(cfg.dist.activation_checkpointing, "value", cfg.dist.activation_checkpointing)
+    if cfg.model.gradient_checkpointing and mode != "none":
+        raise DistlabError(f"model.gradient_checkpointing=true and dist.activation_checkpointing={mode} both "
+                           f"recompute the decoder layers; keep one (dist.activation_checkpointing works for "
+                           f"every recipe)")

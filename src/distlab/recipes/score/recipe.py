@@ -21,6 +21,7 @@ from pathlib import Path
 
 from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
+from distlab.recipes.lm.settings import check_checkpointing
 from distlab.recipes.score.config import (ADVANTAGES, GUIDANCE_MODES, KL_ESTIMATORS, LOSS_TYPES, MODEL_NAMES,
                                           SCALE_REWARDS, ScoreConfig, beta2_of, effective_models, guidance_config,
                                           used_models)
@@ -120,6 +121,7 @@ def validate(cfg: ScoreConfig, world_size: int) -> None:
 
     check(cfg, world_size)
     resolve_source(cfg.model.source)  # a bad source fails here, before any rank loads it
+    check_checkpointing(cfg)
     if cfg.guidance != "none" and cfg.guidance_source:
         resolve_source(cfg.guidance_source)
 
@@ -169,4 +171,5 @@ def model_spec(cfg: ScoreConfig) -> list[ModelSpec]:
 RECIPE = Recipe(name="score", config=ScoreConfig, train=train, presets_dir=PRESETS, batch_keys=("prompts_per_step",),
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 report_metrics=("acc_t1", "acc_t2", "delta_t1_t2"),
-                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile"}))
+                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile", "dist.activation_checkpointing",
+                                    "dist.comm_hook", "optim.state_dtype"}))

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from distlab.logs import peak_memory
+from distlab.optim_state import adamw
 
 from distlab.checkpoint import Box
 from distlab.dist import module_checksum
@@ -138,12 +139,13 @@ def train(cfg: ScoreConfig, session) -> dict:
     few_shot = tasks[: cfg.task.few_shot]
     m = load_models(cfg, session)
     policy, tok = m.policy, m.tok
-    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr,
-                            weight_decay=cfg.weight_decay)
+    opt = adamw([p for p in policy.parameters() if p.requires_grad], cfg.optim.state_dtype, lr=cfg.lr,
+                weight_decay=cfg.weight_decay)
     session.track_model("policy", policy, [opt])
     g_opt = q_opt = v_opt = None
     if cfg.guidance == "trained":
-        g_opt = torch.optim.AdamW([p for p in m.guidance.parameters() if p.requires_grad], lr=cfg.guidance_lr)
+        g_opt = adamw([p for p in m.guidance.parameters() if p.requires_grad], cfg.optim.state_dtype,
+                      lr=cfg.guidance_lr, weight_decay=0.01)
         session.track_model("guidance", m.guidance, [g_opt])
     if m.critic is not None:
         q_opt = torch.optim.AdamW(m.critic.parameters(), lr=cfg.critic_lr)

@@ -28,6 +28,11 @@ class RecurrentCore(nn.Module, ABC):
 
     num_states: int = 1
 
+    def checkpoint_blocks(self) -> list[nn.Module]:
+        """The blocks ``dist.activation_checkpointing`` recomputes: every reasoning block (H, L, TRM's net,
+        the transformer's stack), in the order they are built."""
+        return [m for m in self.modules() if isinstance(m, PostNormBlock)]
+
     def __init__(self, cfg: ArchConfig, shape: DataShape) -> None:
         super().__init__()
         self.cfg = cfg

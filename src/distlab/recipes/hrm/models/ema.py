@@ -12,6 +12,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from distlab.activation_ckpt import plain_name
+
 
 class EMA:
     """``shadow = d * shadow + (1 - d) * param`` for every trainable parameter, in float32.
@@ -77,8 +79,8 @@ class EMA:
 
 
 def _clean(name: str) -> str:
-    # DDP and torch.compile wrappers prefix parameter names; strip them so either form matches.
-    name = name.replace("_orig_mod.", "")
+    # DDP, torch.compile and activation-checkpoint wrappers add to parameter names; strip them so either form matches.
+    name = plain_name(name.replace("_orig_mod.", ""))
     return name[len("module."):] if name.startswith("module.") else name
 
 
