@@ -24,12 +24,12 @@ from distlab.atomic import atomic_write_json, atomic_write_text
 
 # (kind, pattern over kernel names), first match wins; the rest counts as "other"
 KERNEL_KINDS: list[tuple[str, re.Pattern]] = [
-    ("attention", re.compile(r"flash|fmha|attention|sdpa|softmax", re.I)),
-    ("matmul", re.compile(r"gemm|matmul|cutlass|cublas|sm90_xmma|wgmma|\bmm\b|addmm|bmm", re.I)),
-    ("optimizer", re.compile(r"adam|foreach|multi_tensor|atan2|sign", re.I)),
-    ("copy", re.compile(r"memcpy|memset|copy_|Memcpy|Memset", re.I)),
-    ("reduction", re.compile(r"reduce|norm|sum|mean|max", re.I)),
-    ("fused elementwise (triton)", re.compile(r"triton", re.I)),
+    ("fused elementwise (triton)", re.compile(r"^triton_", re.I)),  # Inductor's names; before "copy" ("_to_copy")
+    ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
+    ("matmul", re.compile(r"gemm|nvjet|cutlass|cublas|xmma|wgmma", re.I)),  # nvjet: cuBLAS's Hopper kernels
+    ("optimizer", re.compile(r"adam|multi_tensor|atan2", re.I)),
+    ("copy", re.compile(r"^memcpy|^memset|copy_kernel|CatArrayBatchedCopy", re.I)),
+    ("reduction", re.compile(r"reduce|norm_kernel", re.I)),
     ("elementwise", re.compile(r"elementwise|vectorized|unrolled|pointwise", re.I)),
 ]
 
