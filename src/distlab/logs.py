@@ -33,10 +33,14 @@ def setup_logging(run_dir: Path | None, rank: int, verbose: bool = False) -> Non
     log.propagate = False
     fmt = logging.Formatter(f"%(asctime)s [rank{rank}] %(levelname)s %(message)s", "%H:%M:%S")
     if rank == 0:
-        from rich.logging import RichHandler
+        if sys.stderr.isatty():
+            from rich.logging import RichHandler
 
-        console = RichHandler(show_path=False, markup=False, rich_tracebacks=False, show_time=True)
-        console.setFormatter(logging.Formatter("%(message)s"))
+            console = RichHandler(show_path=False, markup=False, rich_tracebacks=False, show_time=True)
+            console.setFormatter(logging.Formatter("%(message)s"))
+        else:  # redirected to a file or a pipe: whole lines, no 80-column wrapping
+            console = logging.StreamHandler(sys.stderr)
+            console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
         log.addHandler(console)
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -100,6 +104,16 @@ class MetricLogger:
             self._wandb.finish()
 
 
+def human_duration(seconds: float) -> str:
+    """``42 s``, ``7 min 3 s``, ``3 h 50 min``: an ETA a person reads at a glance (not ``13786s``)."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
 class Progress:
     """Rank-0 progress with rate and ETA: a rich bar on a terminal, periodic log lines otherwise."""
 
@@ -138,7 +152,7 @@ class Progress:
         elif time.perf_counter() - self._last > self.every_s or done >= self.total:
             self._last = time.perf_counter()
             eta = self.eta_s()
-            eta_txt = f"{eta:.0f}s" if eta != float("inf") else "?"
+            eta_txt = human_duration(eta) if eta != float("inf") else "?"
             log.info("%s %d/%d  %.2f %s/s  eta %s  %s", self.unit, done, self.total, self.rate(), self.unit,
                      eta_txt, text)
 

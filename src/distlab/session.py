@@ -7,6 +7,7 @@ use it instead of touching process groups, files or signals themselves.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from distlab.logs import MetricLogger, Progress, Throughput, device_peak_memory,
 from distlab.memory_snapshot import MemorySnapshot
 from distlab.profiling import StepProfiler
 from distlab.rundir import checkpoints_dir, update_manifest
+from distlab.run_report import closing_report
 from distlab.wrap import autocast, no_sync, set_fast_math, wrap_model
 
 log = logging.getLogger("distlab")
@@ -243,4 +245,6 @@ class Session:
             summary["stopped_by"] = signal.Signals(signum).name
         if self.rt.is_main:
             atomic_write_json(self.run_dir / "summary.json", summary)
+            log.info("%s", closing_report(summary, self.run_dir, time.monotonic() - self._t0,
+                                          os.environ.get("DISTLAB_CMDLINE")))
         self.metrics.close()

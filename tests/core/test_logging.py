@@ -19,3 +19,25 @@ def test_tensorboard_and_offline_wandb_sinks(tmp_path):
     assert steps == [2, 4] and all("examples_per_s" in r for r in rows if r["split"] == "train")
     m = json.loads((run / "manifest.json").read_text())
     assert m["world_size"] == 1 and "torch" in m["packages"] and m["command"].startswith("distlab train toy")
+
+
+def test_eta_reads_in_minutes_and_hours():
+    from distlab.logs import human_duration
+
+    assert [human_duration(x) for x in (0.4, 59, 60, 422, 3599, 13786)] == [
+        "0 s", "59 s", "1 min 0 s", "7 min 2 s", "59 min 59 s", "3 h 49 min"]
+
+
+def test_a_run_ends_with_a_closing_report(tmp_path):
+    from clitools import run_cli
+
+    p = run_cli(["train", "toy", "steps=4", "log.every=1", "num_examples=64", "global_batch_size=8", "d_model=16",
+                 "eval_examples=16", "log.progress=false", "run.name=closing"], tmp_path)
+    text = p.stderr + p.stdout
+    assert "run closing completed: step 4 of 4 in " in text
+    assert "run directory: runs/closing (summary.json" in text.replace(str(tmp_path) + "/", "")
+    assert "evaluate again: distlab eval" in text
+    cut = run_cli(["train", "toy", "steps=4", "log.every=1", "num_examples=64", "global_batch_size=8", "d_model=16",
+                   "eval_examples=16", "log.progress=false", "run.name=cut", "run.stop_at=2"], tmp_path)
+    assert "run cut preempted: step 2 of " in cut.stderr + cut.stdout
+    assert "resume: distlab train toy" in cut.stderr + cut.stdout
