@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SCoRe on one GPU (see docs/benchmarks.md): stage 1 stashes the first GGUF piece (as gpu_llm.sh 1);
-# stage 2: peak memory and step time for four placements, then base vs trained self-correction on MBPP test.
+# stage 2: peak memory and step time for four placements (PLACE_CAP seconds each), then base vs trained
+# self-correction on MBPP test (skipped with PLACEMENTS_ONLY=1; benchmarks/gpu_score_ablation.sh does more).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -19,10 +20,11 @@ PLACE="$BASE advantage=critic steps=4 evaluation.before=false task.eval_size=8 s
 for p in "all-gpu:" "reference-cpu:placement.reference=cpu" "reference-offload:placement.reference=offload" \
          "target-critic-cpu:placement.target_critic=cpu"; do
   name=${p%%:*}; extra=${p#*:}
-  timeout 110 python3 -m distlab.cli train score $PLACE $extra run.name=place-$name --gpus 1 2>&1 | grep -E "error|Error" | tail -3
+  timeout ${PLACE_CAP:-110} python3 -m distlab.cli train score $PLACE $extra run.name=place-$name --gpus 1 2>&1 | grep -E "error|Error" | tail -3
   cp runs/place-$name/metrics.jsonl $OUT/place-$name.jsonl 2>/dev/null
 done
 date -u
+[ "${PLACEMENTS_ONLY:-0}" = 1 ] && exit 0
 timeout 200 python3 -m distlab.cli train score $BASE advantage=mc stage_schedule=I:3,II:* steps=500 run.time_limit_s=90 \
   task.eval_size=100 evaluation.before=true run.name=score-mbpp --gpus 1 2>&1 | grep -v "step .*/" | tail -8
 cp runs/score-mbpp/metrics.jsonl $OUT/score-mbpp.jsonl; cp runs/score-mbpp/summary.json $OUT/score-mbpp-summary.json
