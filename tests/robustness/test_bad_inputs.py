@@ -138,6 +138,9 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("ppo-episodes-neg", ["train", "ppo", "num_episodes=-1"], ["num_episodes=-1", "0 = off"]),
     ("ppo-policy", ["train", "ppo", "policy=cnn"], ["policy='cnn'"]),
     ("ppo-alias", ["train", "ppo", "--num_episodes"], ["needs a value"]),
+    ("ppo-market-missing", ["train", "ppo", "env=trading", "trading_data=nope.csv"], ["nope.csv", "trading_data="]),
+    ("grpo-mbpp-missing", ["train", "grpo", "task.train=mbpp", "task.mbpp_dir=nodir"], ["mbpp", "task.mbpp_dir"]),
+    ("score-mbpp-missing", ["train", "score", "task.eval=mbpp", "task.mbpp_dir=nodir"], ["mbpp", "task.mbpp_dir"]),
     # --- train grpo
     ("grpo-steps-0", ["train", "grpo", "steps=0"], ["steps=0"]),
     ("grpo-lr-neg", ["train", "grpo", "lr=-1e-6"], ["lr=-1e-06"]),

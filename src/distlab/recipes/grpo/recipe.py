@@ -21,9 +21,11 @@ def train(cfg: GRPOConfig, session) -> dict:
 def validate(cfg: GRPOConfig, world_size: int) -> None:
     from distlab.recipes.grpo.train import check
     from distlab.recipes.lm.model_source import resolve_source
+    from distlab.recipes.lm.tasks_for import check_task_data
 
     check(cfg, world_size)
     resolve_source(cfg.model.source)  # a bad source fails here, before any rank loads it
+    check_task_data(cfg.task)  # missing MBPP files too
     check_checkpointing(cfg)
 
 

@@ -22,3 +22,11 @@ def eval_tasks(cfg: TaskConfig) -> list[Task]:
     n = cfg.eval_size or (64 if cfg.eval == "synthetic" else None)
     return load_tasks(cfg.eval, cfg.eval_split, mbpp_dir=cfg.mbpp_dir, n=n, seed=cfg.seed + 10_007,
                       families=_families(cfg.eval_families))
+
+
+def check_task_data(cfg: TaskConfig) -> None:
+    """Before any process starts: the data files a task set needs exist (MBPP is read from ``task.mbpp_dir``)."""
+    if "mbpp" in (cfg.train, cfg.eval):
+        from distlab.recipes.lm.tasks.mbpp import resolve_dir
+
+        resolve_dir(cfg.mbpp_dir)

@@ -15,6 +15,7 @@ from distlab.recipes.ppo.algo import train as ppo_train
 from distlab.recipes.ppo.backtest_cli import register_commands
 from distlab.recipes.ppo.config import PPORecipeConfig, to_algo_config
 from distlab.recipes.ppo.envs import check_env_impl
+from distlab.recipes.ppo.trading import check_market_files
 
 __all__ = ["RECIPE", "PPORecipeConfig", "to_algo_config", "train", "validate"]
 
@@ -93,6 +94,8 @@ def validate(cfg: PPORecipeConfig, world_size: int) -> None:
         raise DistlabError(f"policy={cfg.policy!r} is not one of mlp, lstm, clstm")
     trading = cfg.env == "trading"
     check_env_impl(cfg.env_impl, cfg.async_envs and trading, cfg.mask_velocity and trading)
+    if trading:
+        check_market_files(cfg.trading_data)
     per_update = cfg.num_envs * cfg.num_steps * world_size
     if cfg.total_timesteps < per_update:
         raise DistlabError(f"total_timesteps={cfg.total_timesteps} is less than one update ({per_update} = num_envs x "

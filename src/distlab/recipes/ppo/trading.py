@@ -162,6 +162,17 @@ def split_by_date(market: MarketData, start: str | None = None, end: str | None 
                       market.feature_names)
 
 
+def check_market_files(paths: str | None) -> None:
+    """Before any process starts: every CSV of ``trading_data`` (default: DJI and SPY of the shared data) exists."""
+    names = [x for x in paths.split(",") if x] if paths else [
+        str(DEFAULT_MARKET_DIR / "DJI_2009_2020.csv"), str(DEFAULT_MARKET_DIR / "SPY_2009_2020.csv")]
+    for name in names:
+        if not Path(name).is_file():
+            where = "" if paths else " (the default, ../shared/data/market beside the repository)"
+            raise DistlabError(f"market data {name} not found{where}; pass existing CSVs with "
+                               f"trading_data=a.csv,b.csv")
+
+
 def load_market(paths: str | list[str] | None = None, turbulence: str | bool | None = None) -> MarketData:
     """Load and align price CSVs; ``None`` means DJI + SPY from the shared market folder.
 

@@ -118,9 +118,11 @@ def check_models(cfg: ScoreConfig) -> None:
 
 def validate(cfg: ScoreConfig, world_size: int) -> None:
     from distlab.recipes.lm.model_source import resolve_source
+    from distlab.recipes.lm.tasks_for import check_task_data
 
     check(cfg, world_size)
     resolve_source(cfg.model.source)  # a bad source fails here, before any rank loads it
+    check_task_data(cfg.task)  # missing MBPP files too
     check_checkpointing(cfg)
     if cfg.guidance != "none" and cfg.guidance_source:
         resolve_source(cfg.guidance_source)
