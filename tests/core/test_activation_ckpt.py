@@ -26,6 +26,14 @@ def test_checkpointing_keeps_losses_on_two_ddp_ranks(tmp_path, mode):
     assert s["status"] == "completed"
 
 
+def test_checkpointing_under_fsdp2_keeps_losses(tmp_path):
+    # the checkpoint wrappers are what FSDP2 shards: same losses as FSDP2 without them, on 2 gloo ranks
+    plain, _ = _losses(tmp_path, "fsdp", "dist.wrap=fsdp", procs=2)
+    ckpt, s = _losses(tmp_path, "fsdp-ckpt", "dist.wrap=fsdp", "dist.activation_checkpointing=blocks", procs=2)
+    assert ckpt == pytest.approx(plain, rel=1e-6)
+    assert s["status"] == "completed"
+
+
 class _Net(torch.nn.Module):
     def __init__(self, n=4):
         super().__init__()
