@@ -26,6 +26,18 @@ log = logging.getLogger("distlab")
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "4090": 165.0}
 
 
+class ConsoleFormatter(logging.Formatter):
+    """Messages without their tracebacks: the console gets the one-line story, ``rank<N>.log`` keeps the trace."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info = record.exc_text = record.stack_info = None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+
+
 def setup_logging(run_dir: Path | None, rank: int, verbose: bool = False) -> None:
     """Rank 0 talks to the console; every rank writes ``rank<N>.log``; rank 0 also ``train.log``."""
     log.handlers.clear()
@@ -37,10 +49,10 @@ def setup_logging(run_dir: Path | None, rank: int, verbose: bool = False) -> Non
             from rich.logging import RichHandler
 
             console = RichHandler(show_path=False, markup=False, rich_tracebacks=False, show_time=True)
-            console.setFormatter(logging.Formatter("%(message)s"))
+            console.setFormatter(ConsoleFormatter("%(message)s"))
         else:  # redirected to a file or a pipe: whole lines, no 80-column wrapping
             console = logging.StreamHandler(sys.stderr)
-            console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+            console.setFormatter(ConsoleFormatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
         log.addHandler(console)
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     except DistlabError as exc:
         return _fail(rank, "error", str(exc), 2)
     except torch.OutOfMemoryError:
-        log.error("rank %s ran out of device memory:\n%s", rank, traceback.format_exc())
+        log.error("rank %s ran out of device memory", rank, exc_info=True)  # the trace: rank<R>.log only
         return _fail(rank, "error", _oom_line(a, rank), 1)
     except KeyboardInterrupt:
         return _fail(rank, "interrupted", "stopped by a second signal before a checkpoint could be taken", 130)
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         text = str(nospace) if nospace else f"{exc.strerror or exc}: {exc.filename or ''}".strip()
         return _fail(rank, "error", text, 2 if nospace else 1)
     except Exception as exc:
-        log.error("rank %s failed:\n%s", rank, traceback.format_exc())
+        log.error("rank %s failed: %s", rank, exc, exc_info=True)  # the trace: rank<R>.log only
         last = traceback.format_exc().strip().splitlines()[-1]
         kind = "peer" if any(w in str(exc).lower() for w in PEER_LOST) else "crash"
         return _fail(rank, kind, last, 1)
