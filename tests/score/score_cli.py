@@ -32,4 +32,6 @@ def summary(run_dir: Path) -> dict:
 
 def rows(run_dir: Path, split: str = "train") -> list[dict]:
     out = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k != "time" and not k.endswith("_s")} for r in out if r["split"] == split]
+    # wall times and process memory differ between runs; everything else must not
+    return [{k: v for k, v in r.items() if k != "time" and not k.endswith("_s") and not k.startswith("peak_")}
+            for r in out if r["split"] == split]
