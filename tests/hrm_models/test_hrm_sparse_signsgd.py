@@ -77,3 +77,12 @@ def test_eval_and_no_grad_forwards_queue_nothing() -> None:
     assert torch.equal(before, emb.weights)
     assert isinstance(emb.weights, torch.Tensor) and not isinstance(emb.weights, torch.nn.Parameter)
     assert "weights" in emb.state_dict() and not list(emb.parameters())
+
+
+def test_dense_small_table_update_equals_the_row_wise_one(monkeypatch) -> None:
+    import distlab.recipes.hrm.optim as optim
+
+    dense = one_step(0, 1)  # 12 rows: the dense, sync-free path
+    monkeypatch.setattr(optim, "DENSE_UPDATE_ROWS", 0)
+    row_wise = one_step(0, 1)
+    assert dense.tobytes() == row_wise.tobytes()

@@ -91,6 +91,11 @@ def _find_puzzle_emb(model: nn.Module) -> SparsePuzzleEmbedding | None:
     return found[0] if found else None
 
 
+# tables up to this many rows (Sudoku's and Maze's few identifiers) take the dense, sync-free update;
+# ARC's hundreds of thousands of augmented puzzles keep the row-wise one
+DENSE_UPDATE_ROWS = 1 << 16
+
+
 class SparseSignSGD(torch.optim.Optimizer):
     """Distributed sign descent with decoupled weight decay on the rows a step touched.
 
@@ -114,11 +119,20 @@ class SparseSignSGD(torch.optim.Optimizer):
             return
         group = self.param_groups[0]
         weights = self.puzzle_emb.weights
+        decay, lr = 1.0 - group["lr"] * group["weight_decay"], group["lr"]
+        if weights.shape[0] <= DENSE_UPDATE_ROWS:
+            # the same update over the whole (small) table, masked to the touched rows: no data-dependent
+            # shape, so the host never waits for the GPU here (``unique`` below does, once per step)
+            summed = torch.zeros(weights.shape, dtype=grads.dtype, device=grads.device).index_add_(0, ids, grads)
+            touched = torch.zeros(weights.shape[0], dtype=torch.bool, device=weights.device).index_fill_(0, ids, True)
+            updated = (weights * decay).add_(torch.sign(summed).to(weights.dtype), alpha=-lr)
+            weights.copy_(torch.where(touched[:, None], updated, weights))
+            return
         unique, inverse = ids.unique(return_inverse=True)
         summed = torch.zeros(unique.shape[0], grads.shape[1], dtype=grads.dtype, device=grads.device)
         summed.index_add_(0, inverse, grads)
         rows = weights[unique]
-        rows.mul_(1.0 - group["lr"] * group["weight_decay"]).add_(torch.sign(summed).to(rows.dtype), alpha=-group["lr"])
+        rows.mul_(decay).add_(torch.sign(summed).to(rows.dtype), alpha=-lr)
         weights[unique] = rows
 
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -28,7 +28,7 @@ from distlab.recipes.hrm.models.ema import EMA
 from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers, set_lr
 from distlab.profiling import phase
 from distlab.sampler import GlobalBatchSampler
-from distlab.wrap import clip_grad, unwrap
+from distlab.wrap import clip_grad_norm, unwrap
 
 log = logging.getLogger("distlab")
 
@@ -128,7 +128,7 @@ def train(cfg: HRMConfig, session) -> dict:
             for k, v in part.items():  # sums (count, correct tokens, losses) add over micro-batches
                 metrics[k] = metrics.get(k, 0) + (v.detach() if hasattr(v, "detach") else v)
         with phase("optimizer"):
-            gnorm = clip_grad(model, cfg.clip_grad) if cfg.clip_grad > 0 else None
+            gnorm = clip_grad_norm(model, cfg.clip_grad) if cfg.clip_grad > 0 else None
             lrs = set_lr(opts, step, cfg.lr_warmup_steps, steps, cfg.lr_min_ratio)
             for opt in opts:
                 opt.step()
@@ -147,7 +147,7 @@ def train(cfg: HRMConfig, session) -> dict:
             last = {k: v / (cfg.global_batch_size if k.endswith("loss") else count) for k, v in tot.items()}
             last = {"loss": last.pop("lm_loss"), **last, "halted": count, "lr": lrs[0]}
             if gnorm is not None:  # measured only when clipping (clip_grad > 0)
-                last["grad_norm"] = gnorm
+                last["grad_norm"] = float(gnorm)
             session.metrics.log(step, {**last, **meter.report(), "epoch": sampler.epoch})
             progress.update(step, loss=last["loss"], acc=last.get("accuracy", 0.0))
         else:
