@@ -91,9 +91,10 @@ def _find_puzzle_emb(model: nn.Module) -> SparsePuzzleEmbedding | None:
     return found[0] if found else None
 
 
-# tables up to this many rows (Sudoku's and Maze's few identifiers) take the dense, sync-free update;
-# ARC's hundreds of thousands of augmented puzzles keep the row-wise one
-DENSE_UPDATE_ROWS = 1 << 16
+# tables up to this many rows (Sudoku's and Maze's few identifiers) take the dense, sync-free update, which
+# reads and writes the whole table every step (4,096 x 512 fp32 = 8 MiB); ARC's hundreds of thousands of
+# augmented puzzles keep the row-wise update
+DENSE_UPDATE_ROWS = 4096
 
 
 class SparseSignSGD(torch.optim.Optimizer):

@@ -25,6 +25,18 @@ def train(cfg: HRMConfig, session) -> dict:
 def validate(cfg: HRMConfig, world_size: int) -> None:
     """Checks that need no GPU and no data loading, done before any process starts."""
     check_divisible(cfg.global_batch_size, world_size, cfg.dist.grad_accum)
+    if cfg.data.build not in ("none", "sudoku", "maze", "arc"):
+        raise DistlabError(f"data.build={cfg.data.build!r} is not one of sudoku, maze, arc, none")
+    if cfg.sampling not in SAMPLINGS:
+        raise DistlabError(f"sampling={cfg.sampling!r} is not one of {', '.join(SAMPLINGS)}; use sampling=groups "
+                           "(HRM's epochs)")
+    if cfg.optimizer not in ("adam_atan2", "adamw"):
+        raise DistlabError(f"optimizer={cfg.optimizer!r} is not one of adam_atan2, adamw")
+    state = getattr(cfg.optim.state_dtype, "value", cfg.optim.state_dtype)
+    if state != "fp32" and cfg.optimizer != "adamw":
+        raise DistlabError(f"optim.state_dtype={state} applies to AdamW; optimizer={cfg.optimizer} keeps fp32 "
+                           f"moments: add optimizer=adamw or use optim.state_dtype=fp32")
+    # the data last: a wrong setting is named even while the dataset does not exist yet
     path = cfg.data.resolved_path()
     built = (path / "train" / "dataset.json").exists()
     if cfg.data.build == "none" and not built:
@@ -37,17 +49,6 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
 
         for split in ("train", "test"):
             load_split(path, split)
-    if cfg.data.build not in ("none", "sudoku", "maze", "arc"):
-        raise DistlabError(f"data.build={cfg.data.build!r} is not one of sudoku, maze, arc, none")
-    if cfg.sampling not in SAMPLINGS:
-        raise DistlabError(f"sampling={cfg.sampling!r} is not one of {', '.join(SAMPLINGS)}; use sampling=groups "
-                           "(HRM's epochs)")
-    if cfg.optimizer not in ("adam_atan2", "adamw"):
-        raise DistlabError(f"optimizer={cfg.optimizer!r} is not one of adam_atan2, adamw")
-    state = getattr(cfg.optim.state_dtype, "value", cfg.optim.state_dtype)
-    if state != "fp32" and cfg.optimizer != "adamw":
-        raise DistlabError(f"optim.state_dtype={state} applies to AdamW; optimizer={cfg.optimizer} keeps fp32 "
-                           f"moments: add optimizer=adamw or use optim.state_dtype=fp32")
 
 
 def evaluate_checkpoint(cfg: HRMConfig, session, ckpt: Path) -> dict:
