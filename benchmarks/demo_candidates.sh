@@ -3,8 +3,8 @@
 # process, run side by side for the same wall budget, to choose how hard the 10-minute 2-core demo can be.
 # Calibration: candidate "now" is today's demo (8 blanks), whose 2-core CI-machine figures are known.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+source benchmarks/device_setup.sh
+export OMP_NUM_THREADS=1
 BUDGET=${BUDGET:-420}
 TRM="arch.name=trm arch.mlp_t=true arch.pos_encodings=none arch.L_layers=2 arch.H_cycles=3 arch.L_cycles=6 arch.act=halt_only ema=true eval_every=200"
 HRM2="arch.H_cycles=2 arch.L_cycles=2 arch.halt_max_steps=4"

@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # HRM and TRM 1-GPU throughput only (issue 19 before/after checks); see docs/benchmarks.md.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
+source benchmarks/device_setup.sh
 DATA=data/sudoku-hard-1k-aug50
 python3 -m distlab.cli data sudoku --output-dir $DATA --train-size 1000 --test-size 200 --num-aug 50 --workers 16 2>&1 | tail -1
 for preset in sudoku-extreme-1k trm-sudoku; do

@@ -4,21 +4,17 @@
 #   stage 2: join the GGUF, then: generation tokens/s (HF vs ours), GRPO with base/after MBPP-test pass@1,
 #            HumanEval pass@1 of the base and trained policy; results under $OUT
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 STAGE=${1:?stage 1 or 2}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-mkdir -p /tmp/gguf
-GGUF=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+source benchmarks/device_setup.sh
 if [ "$STAGE" = 1 ]; then
-  cp .gguf/part_aa /tmp/gguf/ && ls -la /tmp/gguf
+  stash_gguf
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name())"
   which prlimit unshare setpriv; ls -la /usr/bin/python3
   python3 -m distlab.cli sandbox run benchmarks/sandbox_probe.py --tests benchmarks/sandbox_probe.py --json
   exit 0
 fi
-cat /tmp/gguf/part_aa .gguf/part_ab > $GGUF && [ "$(sha256sum $GGUF | cut -d' ' -f1)" = "$(cat .gguf/sha256)" ] || { echo "GGUF pieces missing or corrupt"; exit 1; }
+join_gguf
 git rev-parse HEAD 2>/dev/null; date -u
 python3 benchmarks/lm_generate.py --device cuda --dtype bf16 --source $GGUF --prompts 8 --samples 8 --new-tokens 256 \
   --repeats 3 --json $OUT/generate.json 2>&1 | tail -8

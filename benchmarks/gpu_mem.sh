@@ -3,14 +3,11 @@
 # is larger than one carry. Stage 1: stash the first GGUF piece; HRM cases; then the top kernels of a compiled
 # HRM and TRM step (log.profile_steps) for the speed work. Stage 2: join the GGUF; the GRPO cases.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-mkdir -p /tmp/gguf /tmp/mem
-GGUF=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+source benchmarks/device_setup.sh
+mkdir -p /tmp/mem
 date -u
 if [ "${1:?stage}" = 1 ]; then
-  cp .gguf/part_aa /tmp/gguf/
+  stash_gguf
   timeout 330 python3 benchmarks/mem_options.py --only hrm --steps 30 --timeout 90 --out /tmp/mem 2>&1 | tail -14
   date -u
   for preset in sudoku-extreme-1k trm-sudoku; do
@@ -22,8 +19,7 @@ if [ "${1:?stage}" = 1 ]; then
     head -28 runs/prof-$preset/profile/top_ops.txt | cut -c1-60,100-200
   done
 else
-  cat /tmp/gguf/part_aa .gguf/part_ab > $GGUF && [ "$(sha256sum $GGUF | cut -d' ' -f1)" = "$(cat .gguf/sha256)" ] \
-    || { echo "GGUF pieces missing"; exit 1; }
+  join_gguf
   timeout 540 python3 benchmarks/mem_options.py --only grpo --grpo-steps 3 --timeout 120 --gguf $GGUF \
     --mbpp-dir .data/mbpp --out /tmp/mem 2>&1 | tail -10
 fi

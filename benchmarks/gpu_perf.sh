@@ -3,9 +3,7 @@
 # (log.profile_steps), and CLSTM-PPO env-steps/s with the vectorised trading env. Results under $OUT (one tarball).
 # Needs the carried wheels in .whl and the market CSVs in .data/market.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
+source benchmarks/device_setup.sh
 R=/tmp/perf; mkdir -p $R; date -u; nvidia-smi -L
 DATA=data/sudoku-hard-1k-aug50
 [ -d $DATA ] || python3 -m distlab.cli data sudoku --output-dir $DATA --train-size 1000 --test-size 1000 --num-aug 50 \

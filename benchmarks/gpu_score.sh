@@ -3,13 +3,9 @@
 # stage 2: peak memory and step time for four placements (PLACE_CAP seconds each), then base vs trained
 # self-correction on MBPP test (skipped with PLACEMENTS_ONLY=1; benchmarks/gpu_score_ablation.sh does more).
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-mkdir -p /tmp/gguf
-GGUF=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ "${1:?stage}" = 1 ]; then cp .gguf/part_aa /tmp/gguf/ && ls -la /tmp/gguf; exit 0; fi
-cat /tmp/gguf/part_aa .gguf/part_ab > $GGUF && [ "$(sha256sum $GGUF | cut -d' ' -f1)" = "$(cat .gguf/sha256)" ] || { echo "GGUF pieces missing"; exit 1; }
+source benchmarks/device_setup.sh
+if [ "${1:?stage}" = 1 ]; then stash_gguf; exit 0; fi
+join_gguf
 date -u
 BASE="model.source=$GGUF model.prompt_mode=chat task.mbpp_dir=.data/mbpp task.train=mbpp task.train_split=train
  task.eval=mbpp task.eval_split=test dist.precision=bf16 models.policy.dtype=bf16 models.reference.dtype=bf16

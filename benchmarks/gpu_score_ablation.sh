@@ -4,13 +4,9 @@
 # runs sharing the GPU; then `distlab eval` of each run on MBPP test and HumanEval, which scores the base model
 # (same guidance mode) and the trained one on the same problems, greedily, with intervals.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-mkdir -p /tmp/gguf
-GGUF=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ "${1:?stage}" = 1 ]; then cp .gguf/part_aa /tmp/gguf/ && ls -la /tmp/gguf && nvidia-smi -L; exit 0; fi
-cat /tmp/gguf/part_aa .gguf/part_ab > $GGUF && [ "$(sha256sum $GGUF | cut -d' ' -f1)" = "$(cat .gguf/sha256)" ] || { echo "GGUF pieces missing"; exit 1; }
+source benchmarks/device_setup.sh
+if [ "${1:?stage}" = 1 ]; then stash_gguf && nvidia-smi -L; exit 0; fi
+join_gguf
 BUDGET=${BUDGET:-200}
 date -u
 COMMON="model.source=$GGUF model.prompt_mode=chat task.mbpp_dir=.data/mbpp dist.precision=bf16

@@ -1,0 +1,17 @@
+# Sourced (from the repo root) by the benchmarks/*.sh scripts that run on a device-tool machine: the
+# environment, the wheels carried in .whl (the machines have no internet), and the SmolLM2 GGUF, which is
+# larger than one carry and so travels in two pieces over two back-to-back calls (stash_gguf, then join_gguf).
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site
+GGUF=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+
+stash_gguf() {  # call 1: the first piece waits in /tmp while the machine stays warm
+  mkdir -p /tmp/gguf && cp .gguf/part_aa /tmp/gguf/ && ls -la /tmp/gguf
+}
+
+join_gguf() {  # call 2: the whole file, checked against its hash
+  cat /tmp/gguf/part_aa .gguf/part_ab > "$GGUF" \
+    && [ "$(sha256sum "$GGUF" | cut -d' ' -f1)" = "$(cat .gguf/sha256)" ] \
+    || { echo "GGUF pieces missing or corrupt: run stage 1 right before stage 2"; exit 1; }
+}
