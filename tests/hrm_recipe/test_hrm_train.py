@@ -85,3 +85,13 @@ def test_trm_ema_trained_on_two_ranks_is_what_one_rank_eval_scores(workdir):
     # float32 per-batch sums grouped differently on 1 and 2 ranks: equal to float32 precision
     assert abs(ev["token_accuracy"] - trained["token_accuracy"]) < 1e-6
     assert abs(ev["q_halt_accuracy"] - trained["q_halt_accuracy"]) < 1e-9
+
+
+def test_interim_evaluations_use_their_limit_and_the_final_one_the_whole_test_set(workdir):
+    """Learning curves from a few test examples; the reported result from all of them."""
+    run_cli(["train", "hrm", *TINY, "arch.name=hrm", "eval_every=2", "data.interim_eval_limit=8",
+             "run.name=interim"], workdir)
+    rows = [json.loads(x) for x in (workdir / "runs" / "interim" / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["step"], r["count"]) for r in rows if r["split"] == "eval"]
+    assert evals == [(2, 8), (4, 8), (6, 24)]
+    assert _summary(workdir / "runs" / "interim")["eval"]["count"] == 24

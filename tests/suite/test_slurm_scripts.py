@@ -57,7 +57,7 @@ def test_multi_node_gpu_scripts(tmp_path):
 
 def test_single_node_cpu_scripts_omit_gres_and_use_procs(tmp_path):
     write_slurm_scripts(load_suite("augmentation"), tmp_path, gpus_per_node=0, nodes=1, cpus_per_task=4,
-                        mem="8G", time="30", seeds=[4, 9], smoke=True, procs_per_node=2,
+                        mem="8G", time="30", seeds=[4, 9], scale="smoke", procs_per_node=2,
                         python="/opt/py/bin/python3", requeue=False)
     script = tmp_path / "aug300.sbatch"
     bash_n(script)

@@ -29,7 +29,7 @@ def test_shipped_suites_load_with_expected_experiments():
     act = load_suite("act_alternatives")
     fixed = sorted(e.overrides["arch.halt_max_steps"] for e in act.experiments.values()
                    if e.overrides["arch.act"] == "fixed")
-    assert fixed == [1, 4, 8, 16]
+    assert fixed == [4, 8, 16]  # fixed 1 is 'none': the same single segment
     assert {e.overrides["arch.act"] for e in act.experiments.values()} == {"q_learning", "halt_only", "fixed", "none"}
     emb = load_suite("puzzle_embeddings")
     assert {e.overrides["arch.puzzle_emb_ndim"] for e in emb.experiments.values()} >= {0, 8, 16, 32}
@@ -41,12 +41,13 @@ def test_shipped_suites_load_with_expected_experiments():
 def test_deep_transformer_is_parameter_matched_within_10_percent():
     """Blocks hold ~12 d^2 parameters each; HRM's H+L blocks are the reference."""
     suite = load_suite("deep_transformer")
-    hrm = suite.resolved(suite.baseline)
-    ref = (hrm["arch.H_layers"] + hrm["arch.L_layers"]) * hrm["arch.hidden_size"] ** 2
-    for exp in suite.experiments.values():
-        o = exp.overrides
-        if o["arch.name"] == "transformer":
-            assert abs(o["arch.num_layers"] * o["arch.hidden_size"] ** 2 / ref - 1) < 0.10, exp.name
+    for scale in (None, "h200"):
+        hrm = suite.resolved(suite.baseline, scale)
+        ref = (hrm["arch.H_layers"] + hrm["arch.L_layers"]) * hrm["arch.hidden_size"] ** 2
+        for name in suite.experiments:
+            o = suite.resolved(name, scale)
+            if o["arch.name"] == "transformer":
+                assert abs(o["arch.num_layers"] * o["arch.hidden_size"] ** 2 / ref - 1) < 0.10, (name, scale)
 
 
 def test_all_is_the_union_with_one_shared_baseline():
@@ -80,11 +81,11 @@ def test_smoke_precedence_base_smoke_experiment_experiment_smoke(tmp_path):
     suite = load_suite(path)
     assert suite.name == "mine"
     assert suite.resolved("a") == {"steps": "1000", "lr": "1e-4", "arch.hidden_size": "512"}
-    assert suite.resolved("a", smoke=True) == {"steps": 5, "lr": "1e-4", "arch.hidden_size": 32}
-    assert suite.resolved("wide", smoke=True)["arch.hidden_size"] == 1024  # the varied key survives smoke
+    assert suite.resolved("a", "smoke") == {"steps": 5, "lr": "1e-4", "arch.hidden_size": 32}
+    assert suite.resolved("wide", "smoke")["arch.hidden_size"] == 1024  # the varied key survives smoke
     assert suite.resolved("big")["data.num_aug"] == 1000
-    assert suite.resolved("big", smoke=True)["data.num_aug"] == 2
-    runs = suite.runs([3, 7], smoke=True, root=tmp_path / "res")
+    assert suite.resolved("big", "smoke")["data.num_aug"] == 2
+    runs = suite.runs([3, 7], scale="smoke", root=tmp_path / "res")
     assert [(r.experiment, r.seed) for r in runs] == [("a", 3), ("a", 7), ("wide", 3), ("wide", 7),
                                                       ("big", 3), ("big", 7)]
     r = runs[3]
@@ -100,8 +101,8 @@ def test_extends_inherits_base_and_smoke(tmp_path):
                                       "experiments": {"x": {"lr": 1.0e-3}}})
     suite = load_suite(path)
     assert suite.recipe == "hrm"
-    base = load_suite("baseline").resolved("published", smoke=True)
-    assert suite.resolved("x", smoke=True) == {**base, "lr": 1.0e-3}
+    base = load_suite("baseline").resolved("published", "smoke")
+    assert suite.resolved("x", "smoke") == {**base, "lr": 1.0e-3}
 
 
 def test_unknown_suite_lists_near_matches():
@@ -137,3 +138,34 @@ def test_parse_overrides_forms():
     assert parse_overrides({"a": {"b": 1, "c": {"d": [1, 2]}}}) == {"a.b": 1, "a.c.d": [1, 2]}
     with pytest.raises(DistlabError):
         parse_overrides("a=1")
+
+
+def test_named_scales_layer_like_smoke_and_an_experiment_can_resize_its_varied_key(tmp_path):
+    f = _write(tmp_path, "s", {
+        "recipe": "hrm", "base": {"steps": 100, "arch.hidden_size": 512}, "baseline": "a",
+        "scales": {"gpu": {"steps": 7, "arch.hidden_size": 128}},
+        "experiments": {"a": {}, "tf": {"overrides": {"arch.hidden_size": 288}, "scales": {"gpu": {"arch.hidden_size": 72}}},
+                        "deep": {"arch.num_layers": 24}}})
+    suite = load_suite(f)
+    assert suite.scales == ["gpu", "smoke"]
+    assert suite.resolved("a", "gpu") == {"steps": 7, "arch.hidden_size": 128}
+    assert suite.resolved("tf", "gpu")["arch.hidden_size"] == 72 and suite.resolved("tf")["arch.hidden_size"] == 288
+    assert suite.resolved("deep", "gpu") == {"steps": 7, "arch.hidden_size": 128, "arch.num_layers": 24}
+    assert suite.resolved("a", "smoke") == {"steps": 100, "arch.hidden_size": 512}  # no smoke block: base
+    with pytest.raises(DistlabError, match="no scale 'gpus' .*did you mean 'gpu'"):
+        suite.resolved("a", "gpus")
+    snap = suite.snapshot("gpu", {"runs_at_once": 3, "runs_per_gpu": 3})
+    assert snap["scale"] == "gpu" and snap["experiments"]["tf"]["arch.hidden_size"] == 72
+    assert snap["placement"]["runs_per_gpu"] == 3
+
+
+def test_a_child_suite_inherits_and_overrides_its_parents_scales(tmp_path):
+    _write(tmp_path, "parent", {"recipe": "hrm", "base": {"steps": 100}, "baseline": "a",
+                                     "scales": {"gpu": {"steps": 7, "lr": 1.0e-3}}, "experiments": {"a": {}}})
+    f = _write(tmp_path, "child", {"extends": "parent", "baseline": "b", "scales": {"gpu": {"lr": 3.0e-4}},
+                                        "experiments": {"b": {"arch.H_cycles": 1}}})
+    assert load_suite(f).resolved("b", "gpu") == {"steps": 7, "lr": 3.0e-4, "arch.H_cycles": 1}
+    bad = _write(tmp_path, "bad", {"recipe": "hrm", "baseline": "a", "experiments": {"a": {}},
+                                        "scales": {"smoke": {"steps": 1}}})
+    with pytest.raises(DistlabError, match="give the smoke scale as the 'smoke' key"):
+        load_suite(bad)

@@ -40,7 +40,7 @@ def test_distributed_service_runs_the_baseline_suite_on_all_gpus():
     assert command[0] == "distlab"
     args, extra = build_parser().parse_known_args(command[1:])
     assert args.func is cmd_run and extra == []
-    assert (args.suite, args.gpus, args.procs, args.parallel, args.smoke) == ("baseline", -1, None, 1, False)
+    assert (args.suite, args.gpus, args.procs, args.parallel, args.scale) == ("baseline", -1, None, 1, None)
 
 
 def test_dockerfile_installs_distlab_with_its_extras_on_a_cuda_pytorch_base():

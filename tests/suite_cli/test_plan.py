@@ -66,17 +66,19 @@ def test_cli_overrides_apply_to_every_run_and_reserved_keys_are_refused(tmp_path
 
 @pytest.mark.parametrize("name", shipped_suites())
 def test_every_shipped_suite_plans_and_its_overrides_pass_train_validation(name, tmp_path, monkeypatch, capsys):
-    """Each planned command (smoke and full) must be accepted by ``distlab train hrm --dry-run``."""
+    """Each planned command (published size and every scale) must be accepted by ``distlab train hrm --dry-run``."""
     monkeypatch.chdir(tmp_path)
     suite = load_suite(name)
-    for smoke in (True, False):
-        assert main(["suite", "run", name, "--seeds", "1", "--dry-run", *(["--smoke"] if smoke else [])]) == 0
+    assert {"smoke", "h200"} <= set(suite.scales)
+    for scale in (None, *suite.scales):
+        smoke = scale == "smoke"
+        assert main(["suite", "run", name, "--seeds", "1", "--dry-run", *(["--scale", scale] if scale else [])]) == 0
         cmds = _commands(capsys.readouterr().out)
         assert len(cmds) == len(suite.experiments)
         for argv in cmds:
             rc = main([*argv, "--dry-run"])
             captured = capsys.readouterr()
-            assert rc == 0, f"{name} smoke={smoke}: {captured.err}"
+            assert rc == 0, f"{name} scale={scale}: {captured.err}"
             config = captured.out
             o = _ovr(argv)
             assert f"steps: {o['steps']}\n" in config and f"hidden_size: {o['arch.hidden_size']}\n" in config
@@ -116,7 +118,7 @@ def test_slurm_command_and_create_slurm_write_the_same_scripts(tmp_path, monkeyp
               "--mem", "2G", "--time", "30"]
     assert main(["suite", "slurm", "deep_transformer", "--out", "a", *common]) == 0
     out = capsys.readouterr().out
-    assert "bash a/submit_all.sh" in out and "3 job arrays (6 runs)" in out
+    assert "bash a/submit_all.sh" in out and "4 job arrays (8 runs)" in out
     assert main(["suite", "run", "deep_transformer", "--create-slurm", "--out", "b", *common]) == 0
     capsys.readouterr()
     names = sorted(p.name for p in (tmp_path / "a").glob("*.sbatch"))

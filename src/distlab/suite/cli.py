@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # world-size scaling every suite run asks for unless its YAML says otherwise: the suites' batch and lr are
 # tuned for one device, so N devices run a global batch N times larger with lr * sqrt(N)
 SCALE_DEFAULTS = {"scale.batch": "linear", "scale.lr": "sqrt"}
-RUN_FLAGS = ["--seeds", "--gpus", "--procs", "--parallel", "--smoke", "--dry-run", "--root", "--logs",
+RUN_FLAGS = ["--seeds", "--gpus", "--procs", "--parallel", "--smoke", "--scale", "--dry-run", "--root", "--logs",
              "--no-report", "--create-slurm", "--test"]
 SLURM_FLAGS = ["--out", "--gpus-per-node", "--nodes", "--cpus-per-task", "--mem", "--time", "--partition",
                "--account", "--python", "--signal-s"]
@@ -73,7 +73,11 @@ def _add_target(p: argparse.ArgumentParser) -> None:
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=_seeds_arg, default=3, help="seed count K (0..K-1) or a list like 0,3,7")
-    p.add_argument("--smoke", action="store_true", help="tiny settings from the suite's smoke blocks (CPU)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--scale", metavar="NAME", help="run at a named size from the suite's scales blocks "
+                                                     "(e.g. h200: one 10-minute command on one H200)")
+    size.add_argument("--smoke", action="store_const", dest="scale", const="smoke",
+                      help="tiny settings from the suite's smoke blocks (CPU); same as --scale smoke")
     p.add_argument("--root", default="experiment_results", help="results root (default experiment_results)")
 
 
@@ -128,12 +132,12 @@ def cmd_slurm(a: argparse.Namespace, extra: list[str]) -> int:
     """Write the suite's sbatch scripts and say how to submit them."""
     from distlab.suite.slurm import write_slurm_scripts
 
-    suite = _load(a.suite, extra, ["--procs", *SLURM_FLAGS, "--seeds", "--smoke", "--root"])
+    suite = _load(a.suite, extra, ["--procs", *SLURM_FLAGS, "--seeds", "--smoke", "--scale", "--root"])
     bundle = write_slurm_scripts(suite, a.out, gpus_per_node=a.gpus_per_node, nodes=a.nodes,
                                  cpus_per_task=a.cpus_per_task, mem=a.mem, time=a.time, seeds=a.seeds,
-                                 partition=a.partition, account=a.account, smoke=a.smoke, python=a.python,
+                                 partition=a.partition, account=a.account, scale=a.scale, python=a.python,
                                  signal_s=a.signal_s, procs_per_node=a.procs, results_root=a.root)
-    runs = len(suite.runs(a.seeds, smoke=a.smoke, root=a.root))
+    runs = len(suite.runs(a.seeds, scale=a.scale, root=a.root))
     print(f"wrote {len(bundle.scripts)} job arrays ({runs} runs) for suite {suite.name} to {Path(a.out)}")
     print(f"submit from the project root (results go to {a.root}/{suite.name}/):")
     print(f"  bash {shlex.quote(_relative(bundle.submit_all))}")
@@ -208,12 +212,12 @@ def cmd_run(a: argparse.Namespace, extra: list[str]) -> int:
 
     suite = _load(a.suite, extra, [*RUN_FLAGS, *SLURM_FLAGS])
     slots = device_slots(a.gpus, a.procs, a.parallel, visible_gpus() if a.procs is None else [])
-    jobs = plan(suite, a.seeds, a.smoke, Path(a.root), Path(a.logs), slots)
+    jobs = plan(suite, a.seeds, a.scale, Path(a.root), Path(a.logs), slots)
     if a.dry_run:
         print_plan(suite, jobs, slots, sys.stdout)
         return 0
     suite_dir = Path(a.root) / suite.name
-    outcome = run_suite(suite, jobs, slots, Path(a.root), a.procs)
+    outcome = run_suite(suite, jobs, slots, Path(a.root), a.procs, a.scale)
     print(f"suite {suite.name}: {len(outcome.done)} ran, {len(outcome.skipped)} already finished, "
           f"{len(outcome.failed)} failed")
     for label, rc, log in outcome.failed:

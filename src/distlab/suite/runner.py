@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,12 +59,24 @@ class Outcome:
     failed: list[tuple[str, int, Path]] = field(default_factory=list)
 
 
-def run_suite(suite: Suite, jobs: Sequence[Job], slots: Sequence[Slot], root: Path, procs: int | None) -> Outcome:
+def run_suite(suite: Suite, jobs: Sequence[Job], slots: Sequence[Slot], root: Path, procs: int | None,
+              scale: str | None = None) -> Outcome:
     """Record the suite beside its results (for the report), then run every unfinished job."""
     suite_dir = Path(root) / suite.name
     suite_dir.mkdir(parents=True, exist_ok=True)
-    suite.write_snapshot(suite_dir)
+    suite.write_snapshot(suite_dir, scale, placement_of(slots))
     return execute(suite.name, jobs, slots, env_for_children(slots, procs), steps_key=steps_key_of(suite.recipe))
+
+
+def placement_of(slots: Sequence[Slot]) -> dict[str, Any]:
+    """Runs at once and, on GPUs, how many of them share each device (the compute each run received)."""
+    gpus = [s.cuda_devices for s in slots if s.cuda_devices is not None]
+    out: dict[str, Any] = {"runs_at_once": len(slots), "device": "cuda" if gpus else "cpu"}
+    if gpus:
+        per = Counter(d for g in gpus for d in g.split(","))
+        out["runs_per_gpu"] = max(per.values())
+        out["gpus"] = len(per)
+    return out
 
 
 def steps_key_of(recipe: str) -> str:
@@ -130,11 +143,11 @@ def device_slots(gpus: int | None, procs: int | None, parallel: int, visible: Se
     return [Slot(("--gpus", str(per)), ",".join(visible[i * per:(i + 1) * per])) for i in range(parallel)]
 
 
-def plan(suite: Suite, seeds: int | list[int], smoke: bool, root: Path, logs: Path, slots: Sequence[Slot]) -> list[Job]:
+def plan(suite: Suite, seeds: int | list[int], scale: str | None, root: Path, logs: Path, slots: Sequence[Slot]) -> list[Job]:
     """Every experiment x seed as a command; launcher flags come first, the run's overrides after."""
     flags = list(slots[0].flags)
     jobs = []
-    for spec in suite.runs(seeds, smoke=smoke, root=root):
+    for spec in suite.runs(seeds, scale=scale, root=root):
         argv = [sys.executable, "-m", "distlab.cli", "train", suite.recipe, *flags, *spec.overrides]
         label = f"{spec.experiment}-seed{spec.seed}"
         jobs.append(Job(label, argv, spec.out_dir, logs / suite.name / f"{label}.log"))

@@ -58,7 +58,7 @@ class SlurmBundle:
 def write_slurm_scripts(suite: Suite, out_dir: str | os.PathLike, *, gpus_per_node: int, nodes: int,
                         cpus_per_task: int, mem: str, time: str, seeds: int | Iterable[int],
                         partition: str | None = None, account: str | None = None,
-                        extra_sbatch: Sequence[str] = (), smoke: bool = False, python: str = "python",
+                        extra_sbatch: Sequence[str] = (), scale: str | None = None, python: str = "python",
                         requeue: bool = True, signal_s: int = 120, procs_per_node: int | None = None,
                         results_root: str = "experiment_results", workdir: str | None = None) -> SlurmBundle:
     """One ``<experiment>.sbatch`` per experiment (seeds = array tasks) and an executable ``submit_all.sh``.
@@ -74,7 +74,7 @@ def write_slurm_scripts(suite: Suite, out_dir: str | os.PathLike, *, gpus_per_no
     out = Path(out_dir).resolve()
     log_dir = out / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    specs = suite.runs(seeds, smoke=smoke, root=results_root)
+    specs = suite.runs(seeds, scale=scale, root=results_root)
     scripts = []
     for exp in suite.experiments:
         runs = [r for r in specs if r.experiment == exp]

@@ -4,9 +4,11 @@ A suite is kept as YAML rather than Python so that a new ablation is a file a us
 so the exact overrides of every run can be printed, diffed and re-run by hand.
 
 Override precedence for one run (later wins):
-``base < smoke (only with --smoke) < experiment < experiment smoke (only with --smoke)``.
-The suite-wide ``smoke`` block shrinks the shared scale (steps, batch, width), but the keys an experiment
-varies stay as the experiment says, so a smoke run still compares the same things.
+``base < scale S (only with --scale S) < experiment < experiment's scale S (only with --scale S)``.
+A scale is a named block that resizes the shared settings (steps, batch, width, time budget) for one kind of
+machine: ``smoke`` (``--smoke``) for a 2-core CPU, others under ``scales:`` (e.g. one 10-minute GPU command).
+The keys an experiment varies stay as the experiment says, so a rescaled run still compares the same things;
+an experiment whose varied keys depend on the scale (a parameter-matched width) gives them per scale.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import yaml
 from distlab.errors import DistlabError, near_matches
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
-TOP_KEYS = ("description", "recipe", "extends", "include", "base", "baseline", "smoke", "experiments",
-            "grid", "grid_name")
+TOP_KEYS = ("description", "recipe", "extends", "include", "base", "baseline", "smoke", "scales",
+            "experiments", "grid", "grid_name")
+SMOKE = "smoke"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
@@ -45,11 +48,15 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class Experiment:
-    """One configuration of the suite; ``overrides``/``smoke_overrides`` are fully resolved (base included)."""
+    """One configuration of the suite; ``overrides`` and each of ``scaled`` are fully resolved (base included)."""
 
     name: str
     overrides: dict[str, Any]
-    smoke_overrides: dict[str, Any]
+    scaled: dict[str, dict[str, Any]] = field(default_factory=dict)  # scale name -> overrides at that scale
+
+    @property
+    def smoke_overrides(self) -> dict[str, Any]:
+        return self.scaled.get(SMOKE, self.overrides)
 
 
 @dataclass
@@ -62,22 +69,32 @@ class Suite:
     baseline: str
     experiments: dict[str, Experiment] = field(default_factory=dict)
 
-    def resolved(self, experiment: str, smoke: bool = False) -> dict[str, Any]:
-        """The effective override mapping for one experiment."""
+    @property
+    def scales(self) -> list[str]:
+        return sorted({s for e in self.experiments.values() for s in e.scaled})
+
+    def resolved(self, experiment: str, scale: str | None = None) -> dict[str, Any]:
+        """The effective override mapping for one experiment, at the published size or at ``scale``."""
         if experiment not in self.experiments:
             hint = near_matches(experiment, self.experiments)
             raise DistlabError(f"suite {self.name!r} has no experiment {experiment!r}"
                                f"{_did_you_mean(hint)}; known: {', '.join(self.experiments)}")
         exp = self.experiments[experiment]
-        return dict(exp.smoke_overrides if smoke else exp.overrides)
+        if scale is None:
+            return dict(exp.overrides)
+        if scale not in exp.scaled:
+            raise DistlabError(f"suite {self.name!r} has no scale {scale!r}{_did_you_mean(near_matches(scale, self.scales))}"
+                               f"; its scales: {', '.join(self.scales) or 'none'} (or leave --scale out for the "
+                               f"published size)")
+        return dict(exp.scaled[scale])
 
-    def runs(self, seeds: int | Iterable[int] = 3, smoke: bool = False,
+    def runs(self, seeds: int | Iterable[int] = 3, scale: str | None = None,
              root: str | os.PathLike = "experiment_results") -> list[RunSpec]:
         """Every experiment x seed, with ``run.seed``, ``run.dir`` and ``run.name`` appended to its overrides."""
         seed_list = normalize_seeds(seeds)
         specs = []
         for exp in self.experiments:
-            base = [f"{k}={format_value(v)}" for k, v in self.resolved(exp, smoke).items()]
+            base = [f"{k}={format_value(v)}" for k, v in self.resolved(exp, scale).items()]
             for seed in seed_list:
                 parent = Path(root) / self.name / exp
                 # the trainer writes to <run.dir>/<run.name>; a fixed name also makes a rerun resume
@@ -88,7 +105,7 @@ class Suite:
 
     def layered(self, defaults: Mapping[str, Any] | None = None,
                 forced: Mapping[str, Any] | None = None) -> Suite:
-        """A copy whose every experiment (normal and smoke) sits on ``defaults`` and under ``forced``.
+        """A copy whose every experiment (at every scale) sits on ``defaults`` and under ``forced``.
 
         ``suite run``/``suite slurm`` use it for launcher defaults the YAML may override (``scale.*``) and
         for ``key=value`` words from the command line, which win over the YAML, so that what ran is
@@ -99,22 +116,28 @@ class Suite:
         if reserved:
             raise DistlabError(f"{', '.join(reserved)} is set per run by the suite; use --seeds / --root "
                                f"instead of overriding it")
-        exps = {n: Experiment(n, {**low, **e.overrides, **high}, {**low, **e.smoke_overrides, **high})
+        exps = {n: Experiment(n, {**low, **e.overrides, **high},
+                              {s: {**low, **o, **high} for s, o in e.scaled.items()})
                 for n, e in self.experiments.items()}
         return Suite(self.name, self.description, self.recipe, self.baseline, exps)
 
-    def snapshot(self) -> dict[str, Any]:
-        """Plain-data form (what the report reads back to know the baseline and experiment order)."""
-        return {"name": self.name, "description": self.description, "recipe": self.recipe,
-                "baseline": self.baseline,
-                "experiments": {n: dict(e.overrides) for n, e in self.experiments.items()}}
+    def snapshot(self, scale: str | None = None, placement: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Plain-data form: what the report reads back (baseline, experiment order) and states (the scale the
+        runs used, how many shared a device)."""
+        out = {"name": self.name, "description": self.description, "recipe": self.recipe,
+               "baseline": self.baseline, "scale": scale,
+               "experiments": {n: self.resolved(n, scale) for n in self.experiments}}
+        if placement:
+            out["placement"] = dict(placement)
+        return out
 
-    def write_snapshot(self, suite_dir: str | os.PathLike) -> Path:
+    def write_snapshot(self, suite_dir: str | os.PathLike, scale: str | None = None,
+                       placement: Mapping[str, Any] | None = None) -> Path:
         """Write ``suite.yaml`` into the results folder so reports find the baseline without the source file."""
         from distlab.suite.document import atomic_write_text
 
         path = Path(suite_dir) / "suite.yaml"
-        atomic_write_text(path, yaml.safe_dump(self.snapshot(), sort_keys=False))
+        atomic_write_text(path, yaml.safe_dump(self.snapshot(scale, placement), sort_keys=False))
         return path
 
 
@@ -177,10 +200,10 @@ def _build(name: str, data: dict[str, Any], path: Path, stack: tuple[str, ...]) 
         if k not in TOP_KEYS:
             raise DistlabError(f"{path}: unknown key {k!r}{_did_you_mean(near_matches(str(k), TOP_KEYS))}; "
                                f"allowed: {', '.join(TOP_KEYS)}")
-    parent = _parent_layers(data, path, stack)
-    base = {**parent[0], **parse_overrides(data.get("base"), f"{path}: base")}
-    smoke = {**parent[1], **parse_overrides(data.get("smoke"), f"{path}: smoke")}
-    recipe = data.get("recipe", parent[2])
+    parent_base, parent_scales, parent_recipe = _parent_layers(data, path, stack)
+    base = {**parent_base, **parse_overrides(data.get("base"), f"{path}: base")}
+    scales = _merge_scales(parent_scales, _scale_blocks(data, str(path)))
+    recipe = data.get("recipe", parent_recipe)
     if not isinstance(recipe, str) or not recipe:
         raise DistlabError(f"{path}: set 'recipe' to the recipe every run trains, e.g. recipe: hrm")
     experiments: dict[str, Experiment] = {}
@@ -188,12 +211,13 @@ def _build(name: str, data: dict[str, Any], path: Path, stack: tuple[str, ...]) 
         if inc.recipe != recipe:
             raise DistlabError(f"{path}: included suite {inc.name!r} uses recipe {inc.recipe!r}, not {recipe!r}")
         for exp in inc.experiments.values():
-            _add_included(experiments, inc.name, exp, base, smoke)
-    for exp_name, (ovr, exp_smoke) in _declared(data, path).items():
+            _add_included(experiments, inc.name, exp, base, scales)
+    for exp_name, (ovr, exp_scales) in _declared(data, path).items():
         if exp_name in experiments:
             raise DistlabError(f"{path}: experiment {exp_name!r} is defined twice; rename one")
-        normal = {**base, **ovr}
-        experiments[exp_name] = Experiment(exp_name, normal, {**base, **smoke, **ovr, **exp_smoke})
+        scaled = {s: {**base, **scales.get(s, {}), **ovr, **exp_scales.get(s, {})}
+                  for s in {*scales, *exp_scales}}
+        experiments[exp_name] = Experiment(exp_name, {**base, **ovr}, scaled)
     if not experiments:
         raise DistlabError(f"{path}: no experiments; add an 'experiments' mapping, a 'grid' or 'include'")
     baseline = data.get("baseline")
@@ -204,8 +228,26 @@ def _build(name: str, data: dict[str, Any], path: Path, stack: tuple[str, ...]) 
     return Suite(name, str(data.get("description", "")).strip(), recipe, baseline, experiments)
 
 
-def _parent_layers(data: dict[str, Any], path: Path, stack: tuple[str, ...]) -> tuple[dict, dict, str | None]:
-    """``extends: <suite>`` inherits that suite's base, smoke and recipe (not its experiments)."""
+def _scale_blocks(data: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
+    """``smoke:`` and ``scales: {name: overrides}`` of one suite file (or experiment) as scale -> overrides."""
+    raw = data.get("scales") or {}
+    if not isinstance(raw, dict):
+        raise DistlabError(f"{where}: 'scales' must map a scale name to overrides, e.g. scales: {{h200: {{steps: 500}}}}")
+    if SMOKE in raw:
+        raise DistlabError(f"{where}: give the smoke scale as the 'smoke' key, not under 'scales'")
+    out = {str(s): parse_overrides(o, f"{where}: scale {s}") for s, o in raw.items()}
+    for s in out:
+        _check_name(s, Path(where))
+    return {SMOKE: parse_overrides(data.get(SMOKE), f"{where}: smoke"), **out}
+
+
+def _merge_scales(low: dict[str, dict[str, Any]], high: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {s: {**low.get(s, {}), **high.get(s, {})} for s in {*low, *high}}
+
+
+def _parent_layers(data: dict[str, Any], path: Path, stack: tuple[str, ...]
+                   ) -> tuple[dict, dict[str, dict], str | None]:
+    """``extends: <suite>`` inherits that suite's base, scales and recipe (not its experiments)."""
     parent_name = data.get("extends")
     if parent_name is None:
         return {}, {}, None
@@ -214,10 +256,9 @@ def _parent_layers(data: dict[str, Any], path: Path, stack: tuple[str, ...]) -> 
     if key in stack:
         raise DistlabError(f"{path}: 'extends: {parent_name}' forms a cycle; remove it")
     raw = yaml.safe_load(parent_path.read_text()) or {}
-    base, smoke, recipe = _parent_layers(raw, parent_path, stack + (key,))
+    base, scales, recipe = _parent_layers(raw, parent_path, stack + (key,))
     base = {**base, **parse_overrides(raw.get("base"), f"{parent_path}: base")}
-    smoke = {**smoke, **parse_overrides(raw.get("smoke"), f"{parent_path}: smoke")}
-    return base, smoke, raw.get("recipe", recipe)
+    return base, _merge_scales(scales, _scale_blocks(raw, str(parent_path))), raw.get("recipe", recipe)
 
 
 def _sibling_or_shipped(ref: str, path: Path) -> Path:
@@ -237,19 +278,19 @@ def _included(data: dict[str, Any], path: Path, stack: tuple[str, ...]) -> list[
 
 
 def _add_included(experiments: dict[str, Experiment], suite_name: str, exp: Experiment,
-                  base: dict[str, Any], smoke: dict[str, Any]) -> None:
+                  base: dict[str, Any], scales: dict[str, dict[str, Any]]) -> None:
     """Union semantics: an identical configuration already present (e.g. every suite's baseline) is kept once."""
     normal = {**base, **exp.overrides}
-    smoke_ovr = {**base, **smoke, **exp.smoke_overrides}
-    if any(e.overrides == normal and e.smoke_overrides == smoke_ovr for e in experiments.values()):
+    scaled = {s: {**base, **scales.get(s, {}), **exp.scaled.get(s, exp.overrides)} for s in {*scales, *exp.scaled}}
+    if any(e.overrides == normal and e.scaled == scaled for e in experiments.values()):
         return
     name = f"{suite_name}.{exp.name}"
-    experiments[name] = Experiment(name, normal, smoke_ovr)
+    experiments[name] = Experiment(name, normal, scaled)
 
 
-def _declared(data: dict[str, Any], path: Path) -> dict[str, tuple[dict, dict]]:
-    """Explicit experiments plus grid expansions, each as (overrides, experiment-level smoke)."""
-    out: dict[str, tuple[dict, dict]] = {}
+def _declared(data: dict[str, Any], path: Path) -> dict[str, tuple[dict, dict[str, dict]]]:
+    """Explicit experiments plus grid expansions, each as (overrides, experiment-level scale blocks)."""
+    out: dict[str, tuple[dict, dict[str, dict]]] = {}
     raw = data.get("experiments") or {}
     if not isinstance(raw, dict):
         raise DistlabError(f"{path}: 'experiments' must map a name to overrides, e.g. wide: {{arch.hidden_size: 1024}}")
@@ -264,11 +305,11 @@ def _declared(data: dict[str, Any], path: Path) -> dict[str, tuple[dict, dict]]:
     return out
 
 
-def _experiment_body(spec: Any, where: str) -> tuple[dict, dict]:
-    """An experiment is overrides, or ``{overrides: ..., smoke: ...}`` when it needs its own smoke scale."""
-    if isinstance(spec, dict) and spec and set(spec) <= {"overrides", "smoke"}:
-        return (parse_overrides(spec.get("overrides"), where),
-                parse_overrides(spec.get("smoke"), f"{where} smoke"))
+def _experiment_body(spec: Any, where: str) -> tuple[dict, dict[str, dict]]:
+    """An experiment is overrides, or ``{overrides: ..., smoke: ..., scales: ...}`` when a varied key depends
+    on the scale (a width matched to the baseline's parameter count at that size)."""
+    if isinstance(spec, dict) and spec and set(spec) <= {"overrides", SMOKE, "scales"}:
+        return parse_overrides(spec.get("overrides"), where), _scale_blocks(spec, where)
     return parse_overrides(spec, where), {}
 
 

@@ -22,6 +22,7 @@ class DataConfig:
     seed: int = 0
     workers: int = 2
     eval_limit: int = 0  # evaluate on the first N test examples only (0 = all)
+    interim_eval_limit: int = 0  # evaluations during training use the first N (cheap learning curves); 0 = as final
 
     def resolved_path(self) -> Path:
         if self.path:

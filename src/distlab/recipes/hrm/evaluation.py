@@ -22,15 +22,18 @@ from distlab.wrap import unwrap
 log = logging.getLogger("distlab")
 
 
-def _eval_indices(cfg, split: PuzzleSplit) -> int:
+def _eval_indices(cfg, split: PuzzleSplit, interim: bool) -> int:
     n = split.num_examples
-    return min(n, cfg.data.eval_limit) if cfg.data.eval_limit > 0 else n
+    if cfg.data.eval_limit > 0:
+        n = min(n, cfg.data.eval_limit)
+    return min(n, cfg.data.interim_eval_limit) if interim and cfg.data.interim_eval_limit > 0 else n
 
 
 @torch.no_grad()
-def evaluate(cfg, session, model, split: PuzzleSplit, save_dir: Path | None = None) -> dict:
+def evaluate(cfg, session, model, split: PuzzleSplit, save_dir: Path | None = None, interim: bool = False) -> dict:
+    """``interim``: an evaluation during training, on ``data.interim_eval_limit`` examples when that is set."""
     rt = session.rt
-    n = _eval_indices(cfg, split)
+    n = _eval_indices(cfg, split, interim)
     local_batch = max(1, cfg.global_batch_size // rt.world_size)
     shard = eval_shard(n, local_batch, rt.rank, rt.world_size)
     arrays = split.example_arrays()

@@ -202,7 +202,7 @@ def _restored_carries(saved, accum: int) -> list:
 
 def _eval(cfg, session, model, ema, split, step, flops_done, elapsed, final: bool) -> dict:
     def run():
-        return evaluate(cfg, session, model, split, save_dir=session.run_dir if final else None)
+        return evaluate(cfg, session, model, split, save_dir=session.run_dir if final else None, interim=not final)
 
     if ema is not None:
         with ema.apply_to(unwrap(model)):
