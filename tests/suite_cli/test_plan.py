@@ -122,7 +122,7 @@ def test_slurm_command_and_create_slurm_write_the_same_scripts(tmp_path, monkeyp
     assert main(["suite", "run", "deep_transformer", "--create-slurm", "--out", "b", *common]) == 0
     capsys.readouterr()
     names = sorted(p.name for p in (tmp_path / "a").glob("*.sbatch"))
-    assert names == ["hrm.sbatch", "transformer_24.sbatch", "transformer_8.sbatch"]
+    assert names == ["hrm.sbatch", "transformer_24.sbatch", "transformer_8.sbatch", "trm.sbatch"]
     for n in names:
         a_text = (tmp_path / "a" / n).read_text().replace(str(tmp_path / "a"), "")
         assert a_text == (tmp_path / "b" / n).read_text().replace(str(tmp_path / "b"), "")
