@@ -3,7 +3,7 @@
 # larger than one carry and so travels in two pieces over two back-to-back calls (stash_gguf, then join_gguf).
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
+export PYTHONPATH=$PWD/src:/tmp/site  # the checked-out code, not a stale wheel
 GGUF=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
 
 stash_gguf() {  # call 1: the first piece waits in /tmp while the machine stays warm

@@ -6,7 +6,6 @@
 set -uo pipefail
 SUITE=$1; PARALLEL=$2; OUT=$3; shift 3
 source benchmarks/device_setup.sh
-export PYTHONPATH=$PWD/src:$PYTHONPATH
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 15 > "$OUT/gpu_usage.csv" &
 SMI=$!
