@@ -69,3 +69,12 @@ def test_table_and_plot(tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == ["acc.png"]  # no temp file left behind
     with pytest.raises(DistlabError, match="no buckets"):
         plot_buckets([], tmp_path / "x.png", "empty")
+
+
+def test_blank_accuracy_per_bucket_is_cell_weighted():
+    d = np.array([1.0, 1.0, 5.0, np.nan])
+    rows = accuracy_by_difficulty(d, np.array([True, False, False, False]), n_buckets=2,
+                                  blank=(np.array([10, 0, 3, 1]), np.array([10, 30, 6, 2])))
+    assert [r["bucket"] for r in rows] == ["1-1", "5-5", "unknown"]
+    assert [r["blank_accuracy"] for r in rows] == [0.25, 0.5, 0.5]
+    assert [r["blank_cells"] for r in rows] == [40, 6, 2]

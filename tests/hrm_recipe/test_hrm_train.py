@@ -94,4 +94,9 @@ def test_interim_evaluations_use_their_limit_and_the_final_one_the_whole_test_se
     rows = [json.loads(x) for x in (workdir / "runs" / "interim" / "metrics.jsonl").read_text().splitlines()]
     evals = [(r["step"], r["count"]) for r in rows if r["split"] == "eval"]
     assert evals == [(2, 8), (4, 8), (6, 24)]
-    assert _summary(workdir / "runs" / "interim")["eval"]["count"] == 24
+    final = _summary(workdir / "runs" / "interim")["eval"]
+    assert final["count"] == 24
+    rows = final["by_difficulty"]  # blank-cell accuracy per bucket adds up to the overall one
+    assert sum(r["blank_cells"] for r in rows) == final["blank_cells"]
+    right = sum(r["blank_accuracy"] * r["blank_cells"] for r in rows)
+    assert right / final["blank_cells"] == pytest.approx(final["blank_accuracy"])

@@ -78,6 +78,7 @@ def test_report_numbers_match_hand_computation(suite_dir, tmp_path):
     test = exps["better"]["tests"]["exact_accuracy"]
     assert test["method"] == "welch" and test["p_value"] == pytest.approx(p)
     assert test["significant"] == (p < 0.05)
+    assert test["p_holm"] == pytest.approx(p)  # lonely's single seed gives no test: a family of one
     assert exps["lonely"]["tests"]["exact_accuracy"]["p_value"] is None  # one seed: no test
     assert exps["better"]["seeds"] == [0, 1, 2]
     assert data["unfinished"] == [str(suite_dir / "better" / "seed9"), str(suite_dir / "lonely" / "seed5")]
@@ -85,7 +86,8 @@ def test_report_numbers_match_hand_computation(suite_dir, tmp_path):
     text = md.read_text()
     assert f"| better | 3 | 85.00 ± {100 * T_975_DF2 * 0.05 / math.sqrt(3):.2f}" in text
     assert "| lonely | 1 | 30.00 ± n/a" in text
-    assert f"| +25.00 | {p:.3g} | {'yes' if p < 0.05 else 'no'} |" in text
+    assert f"| +25.00 | {p:.3g} (Holm {p:.3g}) | {'yes' if p < 0.05 else 'no'} |" in text
+    assert "Holm-corrected over the 2 comparisons" in text
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "<table>" in html and 'src="learning_curves.png"' in html and "85.00" in html
     assert 'src="learning_curves_token_accuracy.png"' in html
@@ -173,3 +175,28 @@ def test_nested_eval_summary_as_the_trainer_writes_it(tmp_path):
     assert a["metrics"]["exact_accuracy"]["mean"] == pytest.approx(0.5)
     assert a["metrics"]["token_accuracy"]["mean"] == pytest.approx(0.8)
     assert a["difficulty"]["hard"]["exact_accuracy"]["mean"] == pytest.approx(0.25)
+
+
+def test_holm_correction_decides_significance_over_the_family():
+    from distlab.suite.report import _correct_for_multiple_comparisons
+    from distlab.suite.stats import holm_adjust
+
+    assert holm_adjust([0.01, 0.04, 0.03, math.nan])[:3] == pytest.approx([0.03, 0.06, 0.06])
+    assert math.isnan(holm_adjust([0.01, 0.04, 0.03, math.nan])[3])
+    results = {n: {"tests": {"m": {"p_value": pv}}} for n, pv in (("a", 0.01), ("b", 0.04), ("c", 0.03))}
+    _correct_for_multiple_comparisons(results, ["a", "b", "c"], ("m",))
+    assert [results[n]["tests"]["m"]["significant"] for n in "abc"] == [True, False, False]  # raw p < 0.05 for all
+
+
+def test_cost_table_reports_steps_and_steady_examples_per_s(tmp_path):
+    from distlab.suite.runs import read_run
+
+    run = tmp_path / "exp" / "seed0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"step": 30, "eval": {"exact_accuracy": 0.5}}))
+    rates = [10.0, 20.0, 100.0, 110.0, 120.0, 130.0]  # the first third is compilation
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": 5 * i, "split": "train", "examples_per_s": r}) + "\n"
+                                               for i, r in enumerate(rates, 1)))
+    data = read_run(run, "exp", 0)
+    assert data.examples_per_s == pytest.approx(115.0)
+    assert data.final("step") == 30

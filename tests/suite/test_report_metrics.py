@@ -92,7 +92,7 @@ def test_report_shows_the_metrics_the_recipe_declares(tmp_path, fake_recipe):
     assert big["efficiency"]["0.5"]["reached"] == 2 and big["efficiency"]["0.5"]["step"]["mean"] == 30
     assert big["cost"]["flops_per_point"]["mean"] == pytest.approx(sum(30e9 / (100 * p) for p in PASS1["big"]) / 2)
     assert _table_header(md) == ["experiment", "seeds", "pass@1 (%)", "pass@8 (%)", "mean_reward",
-                                 "Δ pass@1 vs baseline (pp)", "p (pass@1)", "significant"]
+                                 "Δ pass@1 vs baseline (pp)", "p (pass@1)", "significant (Holm)"]
     assert "| big | 2 | 55.00 ±" in md and "| +30.00 |" in md
     assert "1.65 ±" in md                                    # mean_reward is no fraction: raw, 4 digits
     assert "exact_accuracy" not in md and "token_accuracy" not in md and "exact accuracy" not in md

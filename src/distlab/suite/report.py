@@ -25,7 +25,7 @@ from distlab.errors import DistlabError
 from distlab.suite import plots
 from distlab.suite.document import Block, Heading, Image, Para, Table, atomic_write_text, to_html, to_markdown
 from distlab.suite.runs import ALIASES, RunData, SuiteRuns, load_suite_runs
-from distlab.suite.stats import (DEFAULT_MILESTONES, Summary, compare, curve_band, flops_per_point, milestones,
+from distlab.suite.stats import (DEFAULT_MILESTONES, Summary, compare, curve_band, holm_adjust, flops_per_point, milestones,
                                  summarize)
 
 ALPHA = 0.05
@@ -127,12 +127,14 @@ def build_report(suite_dir: str | os.PathLike, out_dir: str | os.PathLike | None
         for name in order:
             results[name]["tests"] = (_tests(runs.finished[name], runs.finished[base], test, shown.names)
                                       if name != base else {})
+        _correct_for_multiple_comparisons(results, [n for n in order if n != base], shown.names)
     out.mkdir(parents=True, exist_ok=True)
     figures = _make_figures(runs, order, results, base, out, shown)
     data = {"suite_dir": str(suite_dir), "suite": meta.get("name", suite_dir.name), "baseline": base,
             "test": test, "alpha": ALPHA, "thresholds": list(thresholds),
             "report_metrics": {"names": list(shown.names), "percent": sorted(shown.percent),
                                "primary": shown.primary, "source": shown.source},
+            "scale": meta.get("scale"), "placement": meta.get("placement"),
             "experiments": results, "unfinished": [str(p) for p in runs.unfinished]}
     blocks = _document(data, order, figures, meta.get("description", ""), shown)
     atomic_write_text(out / "report.json", json.dumps(_jsonable(data), indent=2))
@@ -160,9 +162,18 @@ def _tests(exp: dict[int, RunData], base: dict[int, RunData], method: str, names
         a = {s: r.final(metric) for s, r in exp.items() if math.isfinite(r.final(metric))}
         b = {s: r.final(metric) for s, r in base.items() if math.isfinite(r.final(metric))}
         if a and b:
-            res = compare(a, b, method)
-            out[metric] = {**asdict(res), "significant": res.significant(ALPHA)}
+            out[metric] = asdict(compare(a, b, method))
     return out
+
+
+def _correct_for_multiple_comparisons(results: dict[str, Any], others: list[str], names: tuple[str, ...]) -> None:
+    """Holm over the experiments compared with the baseline, per metric; ``significant`` uses the adjusted p."""
+    for metric in names:
+        have = [n for n in others if metric in results[n]["tests"]]
+        adjusted = holm_adjust([results[n]["tests"][metric]["p_value"] for n in have])
+        for n, p in zip(have, adjusted):
+            entry = results[n]["tests"][metric]
+            entry.update(p_holm=p, significant=bool(math.isfinite(p) and p < ALPHA))
 
 
 def _efficiency(runs: list[RunData], thresholds: tuple[float, ...], metric: str) -> dict[str, Any]:
@@ -183,7 +194,10 @@ def _cost(runs: list[RunData], fraction: str | None) -> dict[str, Any]:
     # CPU runs record device_seconds only (no GPU fields there): the same world_size x wall-time cost
     seconds = [r.final("gpu_seconds") if not math.isnan(r.final("gpu_seconds")) else r.final("device_seconds")
                for r in runs]
-    out = {"flops": asdict(summarize(flops)), "gpu_seconds": asdict(summarize(seconds))}
+    out = {"flops": asdict(summarize(flops)), "gpu_seconds": asdict(summarize(seconds)),
+           "steps": asdict(summarize(r.final("step") if math.isfinite(r.final("step")) else r.final("steps")
+                                     for r in runs)),
+           "examples_per_s": asdict(summarize(r.examples_per_s for r in runs))}
     if fraction:
         per_point = [flops_per_point(f, r.final(fraction)) for f, r in zip(flops, runs)]
         out.update(flops_per_point=asdict(summarize(per_point)),
@@ -250,23 +264,24 @@ def _make_figures(runs: SuiteRuns, order: list[str], results: dict[str, Any], ba
             figs[f"bars:{metric}"] = plots.bar_chart(have, [x["mean"] for x in s], [x["half_width"] for x in s],
                                                      out / f"bars_{_slug(metric)}.png", _label(metric), base).name
     buckets = _bucket_order(results, order)
-    metric = _difficulty_metric(results, order, shown)
-    if buckets and metric:
+    for i, metric in enumerate(_difficulty_metrics(results, order, shown)):
         series = {}
         for n in order:
             d = results[n]["difficulty"]
             if d:
                 series[n] = ([d[b][metric]["mean"] if metric in d.get(b, {}) else math.nan for b in buckets],
                              [d[b][metric]["half_width"] if metric in d.get(b, {}) else math.nan for b in buckets])
-        figs["difficulty"] = plots.grouped_bars(buckets, series, out / "difficulty.png", "difficulty bucket",
-                                                _label(metric)).name
+        file = "difficulty.png" if i == 0 else f"difficulty_{_slug(metric)}.png"
+        figs[f"difficulty:{metric}"] = plots.grouped_bars(buckets, series, out / file, "difficulty bucket",
+                                                          _label(metric)).name
     return figs
 
 
-def _difficulty_metric(results: dict[str, Any], order: list[str], shown: ReportMetrics) -> str | None:
-    """The first shown metric the difficulty buckets hold (the primary, when the recipe writes it per bucket)."""
+def _difficulty_metrics(results: dict[str, Any], order: list[str], shown: ReportMetrics) -> list[str]:
+    """The shown metrics the difficulty buckets hold, primary first (exact accuracy, and blank-cell accuracy
+    where the recipe writes it, which still separates models while none solves a whole puzzle)."""
     present = {m for n in order for b in results[n]["difficulty"].values() for m in b if m != "count"}
-    return next((m for m in shown.names if m in present), None)
+    return [m for m in shown.names if m in present]
 
 
 def _slug(metric: str) -> str:
@@ -293,9 +308,11 @@ def _document(data: dict[str, Any], order: list[str], figs: dict[str, str], desc
         blocks.append(Para(description))
     blocks.append(Para(f"Results folder: {data['suite_dir']}. Values are mean ± half-width of the 95% Student-t "
                        f"confidence interval over seeds (n/a with a single seed). "
-                       + (f"Baseline: {base}; test: {data['test']} at alpha={ALPHA}, no correction for "
-                          f"multiple comparisons." if base else "No baseline known: significance tests skipped "
+                       + (f"Baseline: {base}; test: {data['test']} at alpha={ALPHA}, p-values Holm-corrected "
+                          f"over the {len(order) - 1} comparisons with the baseline (per metric); 'significant' "
+                          f"uses the corrected p." if base else "No baseline known: significance tests skipped "
                           "(pass baseline= or write suite.yaml).")
+                       + _placement_text(data.get("scale"), data.get("placement"))
                        + (f" Metrics: {shown.source}; primary: {shown.primary}." if shown.primary else
                           f" No numeric metrics found ({shown.source}).")))
     blocks += _results_section(res, order, base, shown)
@@ -317,13 +334,24 @@ def _document(data: dict[str, Any], order: list[str], figs: dict[str, str], desc
     return blocks
 
 
+def _placement_text(scale: str | None, placement: dict[str, Any] | None) -> str:
+    """Where the runs ran, so a reader can judge the compute each configuration received."""
+    text = f" Scale: {scale}." if scale else ""
+    if placement:
+        text += f" {placement.get('runs_at_once')} runs at once"
+        if placement.get("runs_per_gpu"):
+            text += f", {placement['runs_per_gpu']} per GPU on {placement.get('gpus')} GPU(s)"
+        text += "."
+    return text
+
+
 def _results_section(res: dict[str, Any], order: list[str], base: str | None, shown: ReportMetrics) -> list[Block]:
     metrics = [m for m in shown.names if any(m in res[n]["metrics"] for n in order)]
     primary = shown.primary
     pct = primary in shown.percent
     headers = ["experiment", "seeds", *[metric_header(m, m in shown.percent) for m in metrics]]
     if base and primary:
-        headers += [f"Δ {primary} vs baseline" + (" (pp)" if pct else ""), f"p ({primary})", "significant"]
+        headers += [f"Δ {primary} vs baseline" + (" (pp)" if pct else ""), f"p ({primary})", "significant (Holm)"]
     rows = []
     for n in order:
         row = [n + (" (baseline)" if n == base else ""), str(len(res[n]["seeds"]))]
@@ -368,14 +396,16 @@ def _cost_section(res: dict[str, Any], order: list[str], shown: ReportMetrics) -
     rows = []
     for n in order:
         c = res[n]["cost"]
-        row = [n, fmt_ci(c["flops"], fmt=".3g"), fmt_ci(c["gpu_seconds"], fmt=".4g")]
+        row = [n, fmt_ci(c["steps"], fmt=".0f"), fmt_ci(c["examples_per_s"], fmt=".0f"), fmt_ci(c["flops"], fmt=".3g"),
+               fmt_ci(c["gpu_seconds"], fmt=".4g")]
         if per_point:
             zero = f" ({c['zero_accuracy_seeds']} seeds at 0% excluded)" if c["zero_accuracy_seeds"] else ""
             row.append(fmt_ci(c["flops_per_point"], fmt=".3g") + zero)
         rows.append(row)
-    text = "Training FLOPs and GPU-seconds at the end of training" + (
-        f"; cost = FLOPs per percentage point of final {_label(shown.primary)}." if per_point else ".")
-    headers = ["experiment", "training FLOPs", "GPU-seconds"] + (
+    text = ("Optimizer steps, training examples/s per run (median after the first third of training, so "
+            "compilation is left out), training FLOPs and GPU-seconds at the end of training" + (
+                f"; cost = FLOPs per percentage point of final {_label(shown.primary)}." if per_point else "."))
+    headers = ["experiment", "steps", "examples/s per run", "training FLOPs", "GPU-seconds"] + (
         [f"FLOPs per {_label(shown.primary)} point"] if per_point else [])
     return [Heading("Computational cost"), Para(text), Table(headers, rows)]
 
@@ -383,19 +413,19 @@ def _cost_section(res: dict[str, Any], order: list[str], shown: ReportMetrics) -
 def _difficulty_section(res: dict[str, Any], order: list[str], figs: dict[str, str], shown: ReportMetrics
                         ) -> list[Block]:
     buckets = _bucket_order(res, order)
-    metric = _difficulty_metric(res, order, shown)
-    if not buckets or not metric:
-        return []
-    pct = metric in shown.percent
     have = [n for n in order if res[n]["difficulty"]]
-    rows = []
-    for b in buckets:
-        count = next((res[n]["difficulty"][b]["count"] for n in have if b in res[n]["difficulty"]), math.nan)
-        rows.append([b, fmt_num(count, ".0f")] + [fmt_metric(res[n]["difficulty"].get(b, {}).get(metric), pct)
-                                                  for n in have])
-    return [Heading(f"{_label(metric).capitalize()} by difficulty"),
-            Table(["bucket", "count", *[metric_header(n, pct) for n in have]], rows),
-            Image(figs["difficulty"], f"{_label(metric).capitalize()} by difficulty bucket (95% CI error bars)")]
+    blocks: list[Block] = []
+    for metric in _difficulty_metrics(res, order, shown) if buckets else []:
+        pct = metric in shown.percent
+        rows = []
+        for b in buckets:
+            count = next((res[n]["difficulty"][b]["count"] for n in have if b in res[n]["difficulty"]), math.nan)
+            rows.append([b, fmt_num(count, ".0f")] + [fmt_metric(res[n]["difficulty"].get(b, {}).get(metric), pct)
+                                                      for n in have])
+        title = f"{_label(metric).capitalize()} by difficulty"
+        blocks += [Heading(title), Table(["bucket", "count", *[metric_header(n, pct) for n in have]], rows),
+                   Image(figs[f"difficulty:{metric}"], f"{title} bucket (95% CI error bars)")]
+    return blocks
 
 
 def metric_header(metric: str, percent: bool) -> str:
@@ -420,9 +450,11 @@ def fmt_ci(s: dict[str, float] | Summary | None, scale: float = 1.0, fmt: str = 
 
 
 def fmt_p(test: dict[str, Any] | None) -> str:
+    """The raw p and, once corrected, Holm's: ``0.012 (Holm 0.048)``."""
     if not test or not math.isfinite(test["p_value"]):
         return "n/a"
-    return f"{test['p_value']:.3g}"
+    holm = test.get("p_holm")
+    return f"{test['p_value']:.3g}" + (f" (Holm {holm:.3g})" if holm is not None and math.isfinite(holm) else "")
 
 
 def fmt_num(value: float, fmt: str) -> str:

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ class RunData:
     summary: dict[str, Any]
     evals: list[dict[str, float]] = field(default_factory=list)
     recipe: str | None = None  # from manifest.json; picks the metrics a report shows
+    examples_per_s: float = math.nan  # median training throughput after the first third (compilation left out)
 
     def final(self, metric: str) -> float:
         """Final value from summary.json (top level or its ``eval`` section), else the last eval line; nan when
@@ -86,11 +88,11 @@ def load_suite_runs(suite_dir: str | os.PathLike) -> SuiteRuns:
 
 
 def read_run(run_dir: Path, experiment: str, seed: int) -> RunData:
-    """Parse summary.json and the eval lines of metrics.jsonl (train lines are not needed for reports)."""
+    """Parse summary.json, the eval lines of metrics.jsonl and the training throughput its train lines log."""
     summary = _normalize(_read_json(run_dir / "summary.json"))
     if isinstance(summary.get("eval"), dict):
         summary["eval"] = _normalize(summary["eval"])
-    evals = []
+    evals, rates = [], []
     metrics_path = run_dir / "metrics.jsonl"
     if metrics_path.is_file():
         lines = metrics_path.read_text().splitlines()
@@ -105,8 +107,15 @@ def read_run(run_dir: Path, experiment: str, seed: int) -> RunData:
                 raise DistlabError(f"{metrics_path}:{lineno} is not valid JSON; fix or delete that line") from None
             if row.get("split") == "eval" and "step" in row:
                 evals.append(_normalize(row))
+            elif row.get("split") == "train" and _is_number(row.get("examples_per_s")):
+                rates.append(float(row["examples_per_s"]))
     evals.sort(key=lambda r: r["step"])
-    return RunData(experiment, seed, run_dir, summary, evals, _recipe_of(run_dir))
+    return RunData(experiment, seed, run_dir, summary, evals, _recipe_of(run_dir), _steady(rates))
+
+
+def _steady(rates: list[float]) -> float:
+    """Median of the logged rates after the first third: how fast the run trained once compiled and warm."""
+    return float(statistics.median(rates[len(rates) // 3:])) if rates else math.nan
 
 
 def _recipe_of(run_dir: Path) -> str | None:

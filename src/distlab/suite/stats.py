@@ -177,3 +177,18 @@ def _both_constant_and_equal(xa: np.ndarray, xb: np.ndarray) -> bool:
 def _finite(values: Iterable[float]) -> np.ndarray:
     x = np.asarray([v for v in values if v is not None], dtype=float)
     return x[np.isfinite(x)]
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment over one family of tests (every experiment against the baseline, one
+    metric): a suite compares many configurations at once, so an uncorrected p < 0.05 somewhere is expected
+    by chance alone. Holm controls the family-wise error without Bonferroni's loss of power. nan stays nan."""
+    from statsmodels.stats.multitest import multipletests
+
+    idx = [i for i, p in enumerate(p_values) if math.isfinite(p)]
+    out = [math.nan] * len(p_values)
+    if idx:
+        adjusted = multipletests([p_values[i] for i in idx], method="holm")[1]
+        for i, p in zip(idx, adjusted):
+            out[i] = float(p)
+    return out

@@ -30,16 +30,25 @@ def _bucket_ids(values: np.ndarray, n_buckets: int) -> np.ndarray:
     return np.searchsorted(np.unique(inner), values, side="left")
 
 
-def _row(label: str, lo: float | None, hi: float | None, correct: np.ndarray) -> dict:
-    return {"bucket": label, "lo": lo, "hi": hi, "count": int(len(correct)),
-            "exact_accuracy": float(correct.mean()) if len(correct) else float("nan")}
+def _row(label: str, lo: float | None, hi: float | None, correct: np.ndarray,
+         blank: tuple[np.ndarray, np.ndarray] | None) -> dict:
+    row = {"bucket": label, "lo": lo, "hi": hi, "count": int(len(correct)),
+           "exact_accuracy": float(correct.mean()) if len(correct) else float("nan")}
+    if blank is not None:
+        right, total = blank
+        row["blank_accuracy"] = float(right.sum() / total.sum()) if total.sum() else float("nan")
+        row["blank_cells"] = int(total.sum())
+    return row
 
 
-def accuracy_by_difficulty(difficulty: np.ndarray, correct: np.ndarray, n_buckets: int = 5) -> list[dict]:
+def accuracy_by_difficulty(difficulty: np.ndarray, correct: np.ndarray, n_buckets: int = 5,
+                           blank: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict]:
     """Rows ``{"bucket": "lo-hi", "lo", "hi", "count", "exact_accuracy"}``, easiest first.
 
     ``lo``/``hi`` are the smallest and largest difficulty seen in the bucket. Examples with NaN
     difficulty (datasets that do not record it) form one last ``"unknown"`` row (lo/hi None).
+    ``blank``: per example, the cells to work out that it got right and their number; each row then also
+    holds ``blank_accuracy``, which still separates models while none solves a whole hard puzzle.
     """
     d = np.asarray(difficulty, dtype=np.float64).reshape(-1)
     c = np.asarray(correct).reshape(-1)
@@ -50,17 +59,23 @@ def accuracy_by_difficulty(difficulty: np.ndarray, correct: np.ndarray, n_bucket
     if np.any(np.isinf(d)):
         raise DistlabError("difficulty holds inf; use NaN for unknown difficulty")
     c = c.astype(bool)
+    if blank is not None:
+        blank = (np.asarray(blank[0]).reshape(-1), np.asarray(blank[1]).reshape(-1))
+        if blank[0].shape != d.shape or blank[1].shape != d.shape:
+            raise DistlabError(f"blank counts need one value per example ({d.size})")
+    pick = (lambda sel: (blank[0][sel], blank[1][sel])) if blank is not None else (lambda sel: None)
     known = ~np.isnan(d)
     rows = []
     if known.any():
-        dk, ck = d[known], c[known]
+        where = np.flatnonzero(known)
+        dk = d[where]
         ids = _bucket_ids(dk, n_buckets)
         for b in np.unique(ids):
-            sel = ids == b
-            lo, hi = float(dk[sel].min()), float(dk[sel].max())
-            rows.append(_row(f"{lo:g}-{hi:g}", lo, hi, ck[sel]))
+            sel = where[ids == b]
+            lo, hi = float(d[sel].min()), float(d[sel].max())
+            rows.append(_row(f"{lo:g}-{hi:g}", lo, hi, c[sel], pick(sel)))
     if not known.all():
-        rows.append(_row(UNKNOWN, None, None, c[~known]))
+        rows.append(_row(UNKNOWN, None, None, c[~known], pick(~known)))
     return rows
 
 

@@ -104,6 +104,15 @@ def _cell_metrics(tot: dict[str, float]) -> dict[str, float]:
             "copy_baseline_exact_accuracy": tot["copy_exact"] / count}
 
 
+def blank_counts(split: PuzzleSplit, index: np.ndarray, preds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per example: the cells not given in the input that the prediction got right, and how many there are."""
+    inputs, labels, _ = split.example_arrays()
+    x, y = np.asarray(inputs[index]), np.asarray(labels[index])
+    ignore = split.metadata.ignore_label_id
+    blank = (x != y) if ignore is None else (y != ignore) & (x != y)
+    return ((preds == y) & blank).sum(-1), blank.sum(-1)
+
+
 def _per_example_reports(split: PuzzleSplit, parts: list[dict], save_dir: Path | None, cfg) -> dict:
     index = np.concatenate([p["index"] for p in parts]).astype(np.int64)
     exact = np.concatenate([p["exact"] for p in parts]).astype(bool)
@@ -115,7 +124,8 @@ def _per_example_reports(split: PuzzleSplit, parts: list[dict], save_dir: Path |
     diff = split.difficulty
     from distlab.recipes.hrm.buckets import accuracy_by_difficulty, plot_buckets, render_table
 
-    rows = accuracy_by_difficulty(diff[index] if diff is not None else np.full(len(index), np.nan), exact)
+    rows = accuracy_by_difficulty(diff[index] if diff is not None else np.full(len(index), np.nan), exact,
+                                  blank=blank_counts(split, index, preds))
     out["by_difficulty"] = rows
     arc_meta = Path(split.directory) / "arc_meta.json"
     if arc_meta.exists():

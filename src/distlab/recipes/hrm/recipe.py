@@ -102,7 +102,8 @@ def register_commands(top, data_subparsers) -> None:
 RECIPE = Recipe(name="hrm", config=HRMConfig, train=train, presets_dir=PRESETS,
                 batch_keys=("global_batch_size",), lr_keys=("lr",), validate=validate,
                 evaluate=evaluate_checkpoint, model_spec=model_spec, register_commands=register_commands,
-                report_metrics=("exact_accuracy", "token_accuracy", "pass@1", "pass@2", "pass@10", "pass@100"),
+                report_metrics=("exact_accuracy", "blank_accuracy", "token_accuracy", "pass@1", "pass@2", "pass@10",
+                                "pass@100"),
                 supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile", "dist.grad_accum",
                                     "log.profile_steps", "dist.activation_checkpointing", "dist.comm_hook",
                                     "dist.auto_micro_batch", "optim.state_dtype"}))
