@@ -109,6 +109,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     # --- train hrm
     ("hrm-steps-neg", ["train", "hrm", "steps=-5"], ["steps=-5", "0 or more"]),
     ("hrm-epochs-neg", ["train", "hrm", "epochs=-1"], ["epochs=-1"]),
+    ("hrm-interim-eval-neg", ["train", "hrm", "data.interim_eval_limit=-5"], ["data.interim_eval_limit=-5", "0 or more"]),
     ("hrm-epochs-0", ["train", "hrm", "epochs=0"], ["epochs=0"]),
     ("hrm-lr-neg", ["train", "hrm", "lr=-1"], ["lr=-1"]),
     ("hrm-gbs-neg", ["train", "hrm", "global_batch_size=-4"], ["global_batch_size=-4", "greater than 0"]),
@@ -180,6 +181,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("suite-missing", ["suite", "run", "nope.yaml"], ["nope.yaml"]),
     ("suite-garbage", ["suite", "run", "garbage.yaml"], ["garbage.yaml"]),
     ("suite-report-missing", ["suite", "report", "nodir"], ["nodir"]),
+    ("suite-scale-unknown", ["suite", "run", "hierarchical", "--scale", "h100", "--dry-run"],
+     ["no scale 'h100'", "h200"]),
     ("doctor-recipe", ["doctor", "--recipe", "toyy", "--no-bandwidth"], ["unknown recipe"]),
     ("doctor-value", ["doctor", "--recipe", "toy", "--no-bandwidth", "steps=0"], ["steps=0"]),
     ("sandbox-missing", ["sandbox", "run", "nope.py", "--tests", "nope_tests.py"], ["nope.py"]),

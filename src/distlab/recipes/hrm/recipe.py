@@ -30,10 +30,6 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
     if cfg.sampling not in SAMPLINGS:
         raise DistlabError(f"sampling={cfg.sampling!r} is not one of {', '.join(SAMPLINGS)}; use sampling=groups "
                            "(HRM's epochs)")
-    for key in ("eval_limit", "interim_eval_limit"):
-        if getattr(cfg.data, key) < 0:
-            raise DistlabError(f"data.{key}={getattr(cfg.data, key)} is negative; give a number of test examples "
-                               f"(0 = all)")
     if cfg.optimizer not in ("adam_atan2", "adamw"):
         raise DistlabError(f"optimizer={cfg.optimizer!r} is not one of adam_atan2, adamw")
     state = getattr(cfg.optim.state_dtype, "value", cfg.optim.state_dtype)
