@@ -100,3 +100,16 @@ def test_interim_evaluations_use_their_limit_and_the_final_one_the_whole_test_se
     assert sum(r["blank_cells"] for r in rows) == final["blank_cells"]
     right = sum(r["blank_accuracy"] * r["blank_cells"] for r in rows)
     assert right / final["blank_cells"] == pytest.approx(final["blank_accuracy"])
+
+
+def test_train_log_lines_score_every_sequence_that_halted_since_the_last_line(workdir):
+    """With fixed 4 segments a batch halts together every 4th step: a line covering none says so (null
+    accuracies, halted 0), never a made-up 0% accuracy."""
+    base = ["train", "hrm", *TINY, "arch.name=hrm", "arch.act=fixed", "arch.halt_max_steps=4", "steps=8"]
+    run_cli([*base, "log.every=4", "run.name=win4"], workdir)
+    rows = _train_rows(workdir / "runs" / "win4")
+    assert [(r["step"], r["halted"], r["steps"]) for r in rows] == [(4, 2.0, 4.0), (8, 2.0, 4.0)]  # 8 halt / 4 steps
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in rows)
+    run_cli([*base, "log.every=3", "run.name=win3"], workdir)
+    first = _train_rows(workdir / "runs" / "win3")[0]
+    assert first["step"] == 3 and first["halted"] == 0.0 and first["accuracy"] is None and first["loss"] > 0

@@ -54,10 +54,6 @@ class Experiment:
     overrides: dict[str, Any]
     scaled: dict[str, dict[str, Any]] = field(default_factory=dict)  # scale name -> overrides at that scale
 
-    @property
-    def smoke_overrides(self) -> dict[str, Any]:
-        return self.scaled.get(SMOKE, self.overrides)
-
 
 @dataclass
 class Suite:

@@ -108,11 +108,11 @@ def train(cfg: HRMConfig, session) -> dict:
     progress, meter = session.progress(steps, step), session.throughput()
     seq_tokens = meta["seq_len"] * cfg.global_batch_size
     status, last, t_start, flops_done = "completed", {}, time.perf_counter(), flops_step * step
+    window, window_steps = {}, 0  # metric sums since the last log line (on the device: no sync per step)
     model.train()
     while step < steps:
         # dist.grad_accum micro-batches per optimizer step, each with its own ACT carry (a carry holds the
         # sequences of one micro-batch slot); gradients are all-reduced on the last micro-batch only
-        metrics: dict = {}
         for micro, idx in enumerate(np.split(sampler.next(), accum)):
             with phase("data"):
                 batch = make_batch(train_split, idx, rt.device, arrays)
@@ -126,7 +126,7 @@ def train(cfg: HRMConfig, session) -> dict:
                 with phase("backward"):
                     ((loss / cfg.global_batch_size) * rt.world_size).backward()
             for k, v in part.items():  # sums (count, correct tokens, losses) add over micro-batches
-                metrics[k] = metrics.get(k, 0) + (v.detach() if hasattr(v, "detach") else v)
+                window[k] = window.get(k, 0) + (v.detach() if hasattr(v, "detach") else v)
         with phase("optimizer"):
             gnorm = clip_grad_norm(model, cfg.clip_grad) if cfg.clip_grad > 0 else None
             lrs = set_lr(opts, step, cfg.lr_warmup_steps, steps, cfg.lr_min_ratio)
@@ -140,12 +140,12 @@ def train(cfg: HRMConfig, session) -> dict:
         session.profile_step()
         flops_done += flops_step
         meter.add(cfg.global_batch_size, seq_tokens, flops_step)
+        window_steps += 1
         if step % cfg.log.every == 0 or step == steps:
-            tot = rt.reduce_sums({k: float(v) for k, v in metrics.items()})
-            count = max(tot.pop("count"), 1.0)
-            # as HRM: losses are per example of the global batch, accuracies per halted sequence
-            last = {k: v / (cfg.global_batch_size if k.endswith("loss") else count) for k, v in tot.items()}
-            last = {"loss": last.pop("lm_loss"), **last, "halted": count, "lr": lrs[0]}
+            last = _window_metrics(rt.reduce_sums({k: float(v) for k, v in window.items()}),
+                                   cfg.global_batch_size * window_steps, window_steps)
+            last["lr"] = lrs[0]
+            window, window_steps = {}, 0
             if gnorm is not None:  # measured only when clipping (clip_grad > 0)
                 last["grad_norm"] = float(gnorm)
             session.metrics.log(step, {**last, **meter.report(), "epoch": sampler.epoch})
@@ -198,6 +198,17 @@ def _restored_carries(saved, accum: int) -> list:
     if isinstance(saved, list) and len(saved) == accum:
         return list(saved)
     return [None] * accum
+
+
+def _window_metrics(tot: dict[str, float], examples: int, steps: int) -> dict[str, float]:
+    """One log line from the sums since the last one. Under ACT a sequence is scored on the step it halts,
+    and a batch that started together halts together, so a single step often scores nothing: accuracies are
+    over every sequence that halted in the window (nan when none did), losses per example of every step's
+    batch (as HRM), ``halted`` the sequences that halted per step."""
+    count = tot.pop("count")
+    out = {k: v / (examples if k.endswith("loss") else count) if (k.endswith("loss") or count) else math.nan
+           for k, v in tot.items()}
+    return {"loss": out.pop("lm_loss"), **out, "halted": count / steps}
 
 
 def _eval(cfg, session, model, ema, split, step, flops_done, elapsed, final: bool) -> dict:
