@@ -205,11 +205,23 @@ def compose(cls: type, presets: list[Path] = (), overrides: list[str] = ()) -> D
     for item in overrides:
         if "=" not in item:
             raise DistlabError(f"override '{item}' is not key=value (example: lr=1e-4 arch.H_cycles=4)")
+        _check_boolean(cfg, item)
         try:
             cfg.merge_with(OmegaConf.from_dotlist([item]))
         except OmegaConfBaseException as exc:
             raise _override_error(exc, item, cls) from None
     return cfg
+
+
+BOOL_WORDS = ("true", "false", "yes", "no", "on", "off")
+
+
+def _check_boolean(cfg: DictConfig, item: str) -> None:
+    """OmegaConf turns any integer into a bool (``compile=2`` -> true): a switch takes a yes/no word only."""
+    key, value = item.split("=", 1)
+    current = OmegaConf.select(cfg, key.strip(), default=None, throw_on_missing=False)
+    if isinstance(current, bool) and value.strip().lower() not in BOOL_WORDS:
+        raise DistlabError(f"{item} is not a boolean; use {key.strip()}=true or {key.strip()}=false")
 
 
 def _first_bad_key(exc: OmegaConfBaseException) -> str:

@@ -73,3 +73,12 @@ def test_run_name_ignores_where_it_runs_but_not_what():
 def test_schema_keys_lists_nested():
     keys = schema_keys(ToyConfig)
     assert "dist.timeout_s" in keys and "scale.lr" in keys and "lr" in keys
+
+
+def test_switches_take_yes_no_words_only():
+    """OmegaConf alone would read log.memory_snapshot=2 (or dist.compile=0) as a bool without a word."""
+    for word, value in (("true", True), ("False", False), ("yes", True), ("off", False)):
+        assert to_object(compose(ToyConfig, overrides=[f"dist.compile={word}"])).dist.compile is value
+    for text in ("2", "0", "1", "maybe", ""):
+        with pytest.raises(DistlabError, match=f"dist.compile={text} is not a boolean"):
+            compose(ToyConfig, overrides=[f"dist.compile={text}"])

@@ -47,6 +47,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("toy-warmup-neg", TOY + ["warmup_steps=-1"], ["warmup_steps=-1", "0 or more"]),
     ("toy-wd-neg", TOY + ["weight_decay=-0.1"], ["weight_decay=-0.1", "0 or more"]),
     ("toy-clip-neg", TOY + ["clip_grad=-1"], ["clip_grad=-1"]),
+    ("toy-bool-int", TOY + ["log.memory_snapshot=2"], ["log.memory_snapshot=2", "not a boolean"]),
+    ("toy-bool-word", TOY + ["dist.compile=maybe"], ["dist.compile=maybe", "not a boolean"]),
     ("toy-eval-every-neg", TOY + ["eval_every=-2"], ["eval_every=-2"]),
     ("toy-delay-neg", TOY + ["step_delay_s=-1"], ["step_delay_s=-1"]),
     ("toy-seed-neg", TOY + ["run.seed=-1"], ["run.seed=-1"]),
