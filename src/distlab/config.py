@@ -39,6 +39,16 @@ class Precision(str, Enum):
     bf16 = "bf16"
 
 
+class CompileMode(str, Enum):
+    """``torch.compile`` modes by name: ``reduce_overhead`` replays CUDA graphs (fewer launches); the
+    ``max_autotune`` ones benchmark GEMM and fusion choices at compile time (slower to start)."""
+
+    default = "default"
+    reduce_overhead = "reduce-overhead"
+    max_autotune = "max-autotune"
+    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
+
+
 class ActivationCheckpointing(str, Enum):
     none = "none"
     blocks = "blocks"  # recompute every declared block in backward
@@ -87,6 +97,7 @@ class DistConfig:
     wrap: Wrap = Wrap.ddp
     bucket_mb: float = 25.0
     compile: bool = False
+    compile_mode: CompileMode = CompileMode.default  # with compile=true: see CompileMode
     precision: Precision = Precision.fp32
     grad_accum: int = 1
     tf32: bool = True
@@ -307,8 +318,9 @@ def resolve_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any
 
 # Core settings only some recipes act on; a recipe lists the ones it honours in ``Recipe.supports``
 # and any other one set away from its default is refused instead of being silently ignored.
-OPTIONAL_CORE_KEYS = ("dist.grad_accum", "run.time_limit_s", "dist.wrap", "dist.compile", "log.profile_steps",
-                      "dist.activation_checkpointing", "dist.comm_hook", "dist.auto_micro_batch", "optim.state_dtype")
+OPTIONAL_CORE_KEYS = ("dist.grad_accum", "run.time_limit_s", "dist.wrap", "dist.compile", "dist.compile_mode",
+                      "log.profile_steps", "dist.activation_checkpointing", "dist.comm_hook", "dist.auto_micro_batch",
+                      "optim.state_dtype")
 
 # Leaf names of numeric keys that count something or scale something, so 0 or less is meaningless.
 # When a recipe's default for such a key is 0, 0 keeps its "off/automatic" meaning and is allowed.
@@ -382,6 +394,10 @@ def check_values(recipe: Any, cfg: Any) -> None:
                 honours = ", ".join(sorted(supports)) or "none of " + ", ".join(OPTIONAL_CORE_KEYS)
                 raise DistlabError(f"recipe '{recipe.name}' ignores {key} (set to {_plain(_get(cfg, key))}); remove "
                                    f"it (of these core settings it honours: {honours})")
+    compiles = d.compile or any(getattr(m, "compile", False) for m in (getattr(cfg, "models", None) or {}).values())
+    if d.compile_mode != CompileMode.default and not compiles:
+        raise DistlabError(f"dist.compile_mode={CompileMode(d.compile_mode).name} acts only on compiled models; add "
+                           f"dist.compile=true or remove dist.compile_mode")
 
 
 def check_memory_options(cfg: Any) -> None:

@@ -110,7 +110,7 @@ def check_config(cfg, procs_per_node: int, gpus_per_node: int | None) -> None:
 def place(name: str, model: nn.Module, spec: str, settings: ModelSettings, rt: Runtime, dist_cfg: DistConfig,
           shard_modules: Sequence[nn.Module] | None = None) -> nn.Module:
     """Move, cast, freeze or wrap one model as its placement and settings say."""
-    from distlab.wrap import wrap_model
+    from distlab.wrap import compiled, wrap_model
 
     if settings.dtype not in DTYPES:
         raise DistlabError(f"models.{name}.dtype={settings.dtype!r} is not one of {', '.join(DTYPES)}")
@@ -123,7 +123,7 @@ def place(name: str, model: nn.Module, spec: str, settings: ModelSettings, rt: R
         if kind == "offload":
             return offload(model, device)
         model = model.to(device)
-        return torch.compile(model) if settings.compile else model
+        return compiled(model, dist_cfg.compile_mode) if settings.compile else model
     return wrap_model(model, rt, dist_cfg, list(shard_modules or []), device=device, wrap=Wrap(settings.wrap),
                       compile=settings.compile)
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from distlab.activation_ckpt import apply_activation_checkpointing
 from distlab.comm_hooks import register_comm_hook
-from distlab.config import DistConfig, Precision, Wrap
+from distlab.config import CompileMode, DistConfig, Precision, Wrap
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
 
@@ -50,8 +50,14 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
             fully_shard(wrappers.get(id(m), m))  # a checkpointed block is sharded as its wrapper (torchtitan's order)
         fully_shard(model)
     if cfg.compile if compile is None else compile:
-        model = torch.compile(model)
+        model = compiled(model, cfg.compile_mode)
     return model
+
+
+def compiled(model: nn.Module, mode: CompileMode | str = CompileMode.default) -> nn.Module:
+    """``torch.compile`` with the configured mode (the default mode passes none, as torch's own default)."""
+    mode = CompileMode(mode)
+    return torch.compile(model) if mode == CompileMode.default else torch.compile(model, mode=mode.value)
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -241,6 +241,7 @@ def validate(cfg: ToyConfig, world_size: int) -> None:
 RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_batch_size",), lr_keys=("lr",),
                 validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 report_metrics=("token_accuracy", "loss"), percent_metrics=("token_accuracy",),
-                supports=frozenset({"dist.grad_accum", "dist.wrap", "dist.compile", "log.profile_steps",
+                supports=frozenset({"dist.grad_accum", "dist.wrap", "dist.compile", "dist.compile_mode",
+                                    "log.profile_steps",
                                     "dist.activation_checkpointing", "dist.comm_hook", "dist.auto_micro_batch",
                                     "optim.state_dtype"}))

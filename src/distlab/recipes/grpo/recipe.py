@@ -52,5 +52,6 @@ RECIPE = Recipe(name="grpo", config=GRPOConfig, train=train, presets_dir=PRESETS
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 register_commands=register_commands, aliases=ALIASES,
                 report_metrics=("pass@1", "sampled_pass@1", "reward_mean"),
-                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile", "dist.activation_checkpointing",
+                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile",
+                                    "dist.compile_mode", "dist.activation_checkpointing",
                                     "dist.comm_hook", "optim.state_dtype"}))

@@ -100,6 +100,7 @@ RECIPE = Recipe(name="hrm", config=HRMConfig, train=train, presets_dir=PRESETS,
                 evaluate=evaluate_checkpoint, model_spec=model_spec, register_commands=register_commands,
                 report_metrics=("exact_accuracy", "blank_accuracy", "token_accuracy", "pass@1", "pass@2", "pass@10",
                                 "pass@100"),
-                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile", "dist.grad_accum",
+                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile",
+                                    "dist.compile_mode", "dist.grad_accum",
                                     "log.profile_steps", "dist.activation_checkpointing", "dist.comm_hook",
                                     "dist.auto_micro_batch", "optim.state_dtype"}))

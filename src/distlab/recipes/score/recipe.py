@@ -173,5 +173,6 @@ def model_spec(cfg: ScoreConfig) -> list[ModelSpec]:
 RECIPE = Recipe(name="score", config=ScoreConfig, train=train, presets_dir=PRESETS, batch_keys=("prompts_per_step",),
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 report_metrics=("acc_t1", "acc_t2", "delta_t1_t2"),
-                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile", "dist.activation_checkpointing",
+                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile",
+                                    "dist.compile_mode", "dist.activation_checkpointing",
                                     "dist.comm_hook", "optim.state_dtype"}))
