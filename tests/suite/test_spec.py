@@ -144,7 +144,8 @@ def test_named_scales_layer_like_smoke_and_an_experiment_can_resize_its_varied_k
     f = _write(tmp_path, "s", {
         "recipe": "hrm", "base": {"steps": 100, "arch.hidden_size": 512}, "baseline": "a",
         "scales": {"gpu": {"steps": 7, "arch.hidden_size": 128}},
-        "experiments": {"a": {}, "tf": {"overrides": {"arch.hidden_size": 288}, "scales": {"gpu": {"arch.hidden_size": 72}}},
+        "experiments": {"a": {},
+                        "tf": {"overrides": {"arch.hidden_size": 288}, "scales": {"gpu": {"arch.hidden_size": 72}}},
                         "deep": {"arch.num_layers": 24}}})
     suite = load_suite(f)
     assert suite.scales == ["gpu", "smoke"]

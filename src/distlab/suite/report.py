@@ -25,8 +25,8 @@ from distlab.errors import DistlabError
 from distlab.suite import plots
 from distlab.suite.document import Block, Heading, Image, Para, Table, atomic_write_text, to_html, to_markdown
 from distlab.suite.runs import ALIASES, RunData, SuiteRuns, load_suite_runs
-from distlab.suite.stats import (DEFAULT_MILESTONES, Summary, compare, curve_band, holm_adjust, flops_per_point, milestones,
-                                 summarize)
+from distlab.suite.stats import (DEFAULT_MILESTONES, Summary, compare, curve_band, flops_per_point, holm_adjust,
+                                 milestones, summarize)
 
 ALPHA = 0.05
 # logged beside eval metrics by the core or used by the report's own sections: never a headline metric

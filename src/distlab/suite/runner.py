@@ -143,7 +143,8 @@ def device_slots(gpus: int | None, procs: int | None, parallel: int, visible: Se
     return [Slot(("--gpus", str(per)), ",".join(visible[i * per:(i + 1) * per])) for i in range(parallel)]
 
 
-def plan(suite: Suite, seeds: int | list[int], scale: str | None, root: Path, logs: Path, slots: Sequence[Slot]) -> list[Job]:
+def plan(suite: Suite, seeds: int | list[int], scale: str | None, root: Path, logs: Path,
+         slots: Sequence[Slot]) -> list[Job]:
     """Every experiment x seed as a command; launcher flags come first, the run's overrides after."""
     flags = list(slots[0].flags)
     jobs = []

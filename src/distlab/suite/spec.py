@@ -79,9 +79,9 @@ class Suite:
         if scale is None:
             return dict(exp.overrides)
         if scale not in exp.scaled:
-            raise DistlabError(f"suite {self.name!r} has no scale {scale!r}{_did_you_mean(near_matches(scale, self.scales))}"
-                               f"; its scales: {', '.join(self.scales) or 'none'} (or leave --scale out for the "
-                               f"published size)")
+            hint = _did_you_mean(near_matches(scale, self.scales))
+            raise DistlabError(f"suite {self.name!r} has no scale {scale!r}{hint}; its scales: "
+                               f"{', '.join(self.scales) or 'none'} (or leave --scale out for the published size)")
         return dict(exp.scaled[scale])
 
     def runs(self, seeds: int | Iterable[int] = 3, scale: str | None = None,
@@ -228,7 +228,8 @@ def _scale_blocks(data: dict[str, Any], where: str) -> dict[str, dict[str, Any]]
     """``smoke:`` and ``scales: {name: overrides}`` of one suite file (or experiment) as scale -> overrides."""
     raw = data.get("scales") or {}
     if not isinstance(raw, dict):
-        raise DistlabError(f"{where}: 'scales' must map a scale name to overrides, e.g. scales: {{h200: {{steps: 500}}}}")
+        raise DistlabError(f"{where}: 'scales' must map a scale name to overrides, "
+                           f"e.g. scales: {{h200: {{steps: 500}}}}")
     if SMOKE in raw:
         raise DistlabError(f"{where}: give the smoke scale as the 'smoke' key, not under 'scales'")
     out = {str(s): parse_overrides(o, f"{where}: scale {s}") for s, o in raw.items()}
