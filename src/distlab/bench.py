@@ -13,11 +13,17 @@ import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from distlab.atomic import atomic_save_figure, atomic_write_json
 from distlab.errors import DistlabError
+
+
+def steady_median(values: Sequence[float], warmup_frac: float = 0.3) -> float:
+    """Median of logged rates after the first ``warmup_frac`` of them (compilation and warm-up left out)."""
+    return float(statistics.median(values[int(len(values) * warmup_frac):] or values[-1:]))
 
 
 def steady_throughput(metrics_file: Path, warmup_frac: float = 0.3) -> dict[str, float]:
@@ -30,11 +36,11 @@ def steady_throughput(metrics_file: Path, warmup_frac: float = 0.3) -> dict[str,
     if not rows:
         raise DistlabError(f"{metrics_file} has no throughput rows; the run logged nothing (log.every too large?)")
     rows = rows[int(len(rows) * warmup_frac):] or rows[-1:]
-    out = {"throughput": statistics.median(r["examples_per_s"] for r in rows)}
+    out = {"throughput": steady_median([r["examples_per_s"] for r in rows], 0.0)}
     for key in ("mfu", "tokens_per_s"):
         vals = [r[key] for r in rows if key in r]
         if vals:
-            out[key] = statistics.median(vals)
+            out[key] = steady_median(vals, 0.0)
     return out
 
 

@@ -10,11 +10,11 @@ import json
 import math
 import os
 import re
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distlab.bench import steady_median
 from distlab.errors import DistlabError
 
 _SEED_RE = re.compile(r"^seed(\d+)$")
@@ -110,12 +110,8 @@ def read_run(run_dir: Path, experiment: str, seed: int) -> RunData:
             elif row.get("split") == "train" and _is_number(row.get("examples_per_s")):
                 rates.append(float(row["examples_per_s"]))
     evals.sort(key=lambda r: r["step"])
-    return RunData(experiment, seed, run_dir, summary, evals, _recipe_of(run_dir), _steady(rates))
-
-
-def _steady(rates: list[float]) -> float:
-    """Median of the logged rates after the first third: how fast the run trained once compiled and warm."""
-    return float(statistics.median(rates[len(rates) // 3:])) if rates else math.nan
+    steady = steady_median(rates, warmup_frac=1 / 3) if rates else math.nan  # once compiled and warm
+    return RunData(experiment, seed, run_dir, summary, evals, _recipe_of(run_dir), steady)
 
 
 def _recipe_of(run_dir: Path) -> str | None:

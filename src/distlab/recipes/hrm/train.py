@@ -206,8 +206,13 @@ def _window_metrics(tot: dict[str, float], examples: int, steps: int) -> dict[st
     over every sequence that halted in the window (nan when none did), losses per example of every step's
     batch (as HRM), ``halted`` the sequences that halted per step."""
     count = tot.pop("count")
-    out = {k: v / (examples if k.endswith("loss") else count) if (k.endswith("loss") or count) else math.nan
-           for k, v in tot.items()}
+
+    def mean(key: str, total: float) -> float:
+        if key.endswith("loss"):
+            return total / examples
+        return total / count if count else math.nan
+
+    out = {k: mean(k, v) for k, v in tot.items()}
     return {"loss": out.pop("lm_loss"), **out, "halted": count / steps}
 
 
