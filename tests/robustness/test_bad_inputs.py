@@ -185,6 +185,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("suite-report-missing", ["suite", "report", "nodir"], ["nodir"]),
     ("suite-scale-unknown", ["suite", "run", "hierarchical", "--scale", "h100", "--dry-run"],
      ["no scale 'h100'", "h200"]),
+    ("suite-slurm-scale-unknown", ["suite", "slurm", "hierarchical", "--scale", "h100"], ["no scale 'h100'"]),
+    ("suite-slurm-seeds-dup", ["suite", "slurm", "hierarchical", "--seeds", "1,1"], ["distinct"]),
     ("doctor-recipe", ["doctor", "--recipe", "toyy", "--no-bandwidth"], ["unknown recipe"]),
     ("doctor-value", ["doctor", "--recipe", "toy", "--no-bandwidth", "steps=0"], ["steps=0"]),
     ("sandbox-missing", ["sandbox", "run", "nope.py", "--tests", "nope_tests.py"], ["nope.py"]),

@@ -71,10 +71,10 @@ def write_slurm_scripts(suite: Suite, out_dir: str | os.PathLike, *, gpus_per_no
     procs = procs_per_node if procs_per_node is not None else max(1, gpus_per_node)
     if procs < 1:
         raise DistlabError(f"procs_per_node={procs}: need at least one training process per node")
+    specs = suite.runs(seeds, scale=scale, root=results_root)  # a bad seed list or scale fails before any write
     out = Path(out_dir).resolve()
     log_dir = out / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    specs = suite.runs(seeds, scale=scale, root=results_root)
     scripts = []
     for exp in suite.experiments:
         runs = [r for r in specs if r.experiment == exp]
