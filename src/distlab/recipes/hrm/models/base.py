@@ -96,7 +96,13 @@ class RecurrentCore(nn.Module, ABC):
     def forward(self, carry: InnerCarry, batch: dict[str, torch.Tensor]
                 ) -> tuple[InnerCarry, torch.Tensor, torch.Tensor, torch.Tensor]:
         x = self.input_embeddings(batch["inputs"], batch["puzzle_identifiers"])
+        if self.cfg.mlp_t:
+            # positions-first inside the segment: each sequence-mixer matmul is then one GEMM over the whole
+            # batch with no transposed copy per block (8% of TRM's step on an H200; docs/benchmarks.md)
+            carry, x = tuple(z.transpose(0, 1).contiguous() for z in carry), x.transpose(0, 1).contiguous()
         carry, out = self.recur(carry, x, self.cos_sin())
+        if self.cfg.mlp_t:
+            carry, out = tuple(z.transpose(0, 1) for z in carry), out.transpose(0, 1)
         logits = self.lm_head(out)[:, self.prefix_len:]
         q = self.q_head(out[:, 0]).to(torch.float32)
         return tuple(z.detach() for z in carry), logits, q[..., 0], q[..., 1]

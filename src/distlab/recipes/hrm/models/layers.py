@@ -45,11 +45,11 @@ def swiglu_width(hidden_size: int, expansion: float) -> int:
     return find_multiple(round(expansion * hidden_size * 2 / 3), 256)
 
 
-def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, eps: float, dim: int = -1) -> torch.Tensor:
     """Parameter-free RMSNorm computed in float32: bf16 squares lose too much precision."""
     dtype = x.dtype
     x = x.to(torch.float32)
-    x = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    x = x * torch.rsqrt(x.square().mean(dim, keepdim=True) + eps)
     return x.to(dtype)
 
 
@@ -127,7 +127,13 @@ class Attention(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """Gated MLP; used over features and, for TRM's ``mlp_t``, over sequence positions."""
+    """Gated MLP; used over features and, for TRM's ``mlp_t``, over sequence positions.
+
+    The gate and up projections share one weight (``gate_up_proj``) but are applied as two matmuls on its
+    halves: the same sums as one matmul and a split, without the backward pass concatenating the two
+    activation gradients into one (tokens x 2 width) tensor, a full extra pass over the largest
+    activation (issue 19: 2-3% of the HRM and TRM step on an H200, see docs/benchmarks.md).
+    """
 
     def __init__(self, hidden_size: int, expansion: float) -> None:
         super().__init__()
@@ -135,16 +141,28 @@ class SwiGLU(nn.Module):
         self.gate_up_proj = CastedLinear(hidden_size, 2 * width)
         self.down_proj = CastedLinear(width, hidden_size)
 
+    def _weights(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        gate, up = self.gate_up_proj.weight.to(dtype).chunk(2, dim=0)
+        return gate, up, self.down_proj.weight.to(dtype)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        gate, up, down = self._weights(x.dtype)
+        return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+
+    def mix_leading(self, x: torch.Tensor) -> torch.Tensor:
+        """The same MLP along dim 0 of ``x`` (positions, batch, features): ``W @ x`` as one large matmul
+        over all examples, instead of transposing the activations to put positions last."""
+        gate, up, down = self._weights(x.dtype)
+        flat = x.reshape(x.shape[0], -1)
+        return (down @ (F.silu(gate @ flat) * (up @ flat))).view(x.shape)
 
 
 class PostNormBlock(nn.Module):
     """Post-norm block (norm after each residual add) as in HRM: keeps recurrent states bounded.
 
     With ``seq_mix_len`` set, the attention is replaced by a SwiGLU across the sequence
-    dimension (TRM's ``mlp_t``), which suits fixed-size grids such as Sudoku.
+    dimension (TRM's ``mlp_t``), which suits fixed-size grids such as Sudoku; such a block takes its
+    input positions-first, (S, B, D) (see ``RecurrentCore.forward``), and attention blocks (B, S, D).
     """
 
     def __init__(self, hidden_size: int, num_heads: int, expansion: float, eps: float,
@@ -162,11 +180,10 @@ class PostNormBlock(nn.Module):
         if isinstance(self.mixer, Attention):
             x = rms_norm(x + self.mixer(x, cos_sin), self.eps)
         else:
-            # Sequence mixing works channel-wise: the residual is normalised over positions (the
-            # transposed layout), as in TRM. Normalising it over features instead washes the token
-            # identities out after a few recursions and the model never learns to read its input.
-            xt = x.transpose(1, 2)
-            x = rms_norm(xt + self.mixer(xt), self.eps).transpose(1, 2)
+            # Sequence mixing works channel-wise: the residual is normalised over positions (dim 0), as
+            # in TRM. Normalising it over features instead washes the token identities out after a few
+            # recursions and the model never learns to read its input.
+            x = rms_norm(x + self.mixer.mix_leading(x), self.eps, dim=0)
         return rms_norm(x + self.mlp(x), self.eps)
 
 
