@@ -5,13 +5,10 @@ both optimizers) under candidate same-math changes, each in its own process so I
 
 A variant is ``+``-joined switches:
   base      the code as it is
-  split     SwiGLU's gate and up as two matmuls on the two halves of the same weight (no concatenated
-            gradient of the (tokens x 2*width) activation in the backward)
-  seqmm     TRM's sequence mixer as left-multiplications (W @ x) in the (positions x features) layout, with
-            the position-wise norm over dim 1: no transposed copies of the activations
   cdt       Inductor's coordinate-descent tuning of its generated kernels
   autotune  torch.compile mode max-autotune-no-cudagraphs
-  graphs    torch.compile mode reduce-overhead (CUDA graphs)
+The SwiGLU split and TRM's positions-first sequence mixer were measured with this script as temporary switches
+(split, seqmm, seqfirst; docs/benchmarks.md) and then became the code.
 Prints one line per variant: ms per step (median of the timed steps), examples/s, compile+warm-up seconds.
 """
 
@@ -31,14 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def apply_switches(switches: set[str]) -> None:
     import torch
 
-    from distlab.recipes.hrm.models import layers
-
-    if "split" in switches:
-        layers.SWIGLU_SPLIT = True
-    if "seqmm" in switches:
-        layers.SEQ_MIX_LEFT = True
-    if "seqfirst" in switches:
-        layers.SEQ_FIRST = True
+    unknown = switches - {"base", "cdt", "autotune"}
+    if unknown:
+        raise SystemExit(f"unknown variant switch(es) {sorted(unknown)}: use base, cdt, autotune")
     if "cdt" in switches:
         torch._inductor.config.coordinate_descent_tuning = True
 
@@ -60,22 +52,20 @@ def run_one(preset: str, variant: str, steps: int, warmup: int, batch: int) -> d
     model = build_model(cfg["arch"], meta).to(dev)
     opts = build_optimizers(model, "adam_atan2", cfg["lr"], cfg["weight_decay"], (0.9, 0.95),
                             cfg["puzzle_emb_lr"], cfg["puzzle_emb_weight_decay"], "float32")
-    mode = {"autotune": "max-autotune-no-cudagraphs", "graphs": "reduce-overhead"}
-    modes = [mode[s] for s in switches if s in mode]
-    compiled = torch.compile(model, mode=modes[0]) if modes else torch.compile(model)
+    mode = "max-autotune-no-cudagraphs" if "autotune" in switches else None
+    compiled = torch.compile(model, mode=mode)
     rng = np.random.default_rng(0)
 
     def batch_of() -> dict:
         x = torch.from_numpy(rng.integers(1, 11, size=(batch, 81))).to(dev)
-        return {"inputs": x, "labels": x.clone(), "puzzle_identifiers": torch.zeros(batch, dtype=torch.long, device=dev)}
+        pids = torch.zeros(batch, dtype=torch.long, device=dev)
+        return {"inputs": x, "labels": x.clone(), "puzzle_identifiers": pids}
 
     batches = [batch_of() for _ in range(8)]
     carry = model.initial_carry(batches[0])
     times = []
     t0 = time.perf_counter()
     for i in range(warmup + steps):
-        if "graphs" in switches:
-            torch.compiler.cudagraph_mark_step_begin()
         torch.cuda.synchronize()
         t = time.perf_counter()
         carry, loss, _, _, _ = compiled(carry, batches[i % 8])
@@ -89,8 +79,9 @@ def run_one(preset: str, variant: str, steps: int, warmup: int, batch: int) -> d
         if i >= warmup:
             times.append(time.perf_counter() - t)
     ms = 1000 * statistics.median(times)
-    return {"preset": preset, "variant": variant, "ms_per_step": round(ms, 2), "examples_per_s": round(batch / ms * 1000),
-            "warmup_s": round(warm_s, 1), "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)}
+    return {"preset": preset, "variant": variant, "ms_per_step": round(ms, 2),
+            "examples_per_s": round(batch / ms * 1000), "warmup_s": round(warm_s, 1),
+            "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)}
 
 
 def main() -> None:
