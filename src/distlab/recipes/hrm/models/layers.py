@@ -132,7 +132,8 @@ class SwiGLU(nn.Module):
     The gate and up projections share one weight (``gate_up_proj``) but are applied as two matmuls on its
     halves: the same sums as one matmul and a split, without the backward pass concatenating the two
     activation gradients into one (tokens x 2 width) tensor, a full extra pass over the largest
-    activation (issue 19: 2-3% of the HRM and TRM step on an H200, see docs/benchmarks.md).
+    activation (issue 19, on an H200: 2% of HRM's step, 3% of TRM's with its positions-first mixer;
+    docs/benchmarks.md).
     """
 
     def __init__(self, hidden_size: int, expansion: float) -> None:
