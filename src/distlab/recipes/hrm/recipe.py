@@ -22,6 +22,11 @@ def train(cfg: HRMConfig, session) -> dict:
     return run(cfg, session)
 
 
+# torch.compile modes that capture CUDA graphs: on an H200 the HRM step under reduce-overhead failed reading the
+# halting flags of the previous step's carry (benchmarks/hrm_step_variants.py, docs/benchmarks.md)
+CUDA_GRAPH_MODES = ("reduce_overhead", "max_autotune")
+
+
 def validate(cfg: HRMConfig, world_size: int) -> None:
     """Checks that need no GPU and no data loading, done before any process starts."""
     check_divisible(cfg.global_batch_size, world_size, cfg.dist.grad_accum)
@@ -32,6 +37,11 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
                            "(HRM's epochs)")
     if cfg.optimizer not in ("adam_atan2", "adamw"):
         raise DistlabError(f"optimizer={cfg.optimizer!r} is not one of adam_atan2, adamw")
+    mode = getattr(cfg.dist.compile_mode, "name", cfg.dist.compile_mode)
+    if mode in CUDA_GRAPH_MODES:
+        raise DistlabError(f"dist.compile_mode={mode} replays CUDA graphs, whose outputs the next replay overwrites, "
+                           "but the ACT carry each step returns is read by the next step; use "
+                           "dist.compile_mode=max_autotune_no_cudagraphs or leave the default")
     state = getattr(cfg.optim.state_dtype, "value", cfg.optim.state_dtype)
     if state != "fp32" and cfg.optimizer != "adamw":
         raise DistlabError(f"optim.state_dtype={state} applies to AdamW; optimizer={cfg.optimizer} keeps fp32 "
