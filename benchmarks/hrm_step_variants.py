@@ -7,6 +7,7 @@ A variant is ``+``-joined switches:
   base      the code as it is
   cdt       Inductor's coordinate-descent tuning of its generated kernels
   autotune  torch.compile mode max-autotune-no-cudagraphs
+  nofused   arch.fused_mixer=false: TRM's no-grad sequence-mixer passes in PyTorch instead of the Triton kernel
 The SwiGLU split and TRM's positions-first sequence mixer were measured with this script as temporary switches
 (split, seqmm, seqfirst; docs/benchmarks.md) and then became the code.
 Prints one line per variant: ms per step (median of the timed steps), examples/s, compile+warm-up seconds.
@@ -28,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def apply_switches(switches: set[str]) -> None:
     import torch
 
-    unknown = switches - {"base", "cdt", "autotune"}
+    unknown = switches - {"base", "cdt", "autotune", "nofused"}
     if unknown:
-        raise SystemExit(f"unknown variant switch(es) {sorted(unknown)}: use base, cdt, autotune")
+        raise SystemExit(f"unknown variant switch(es) {sorted(unknown)}: use base, cdt, autotune, nofused")
     if "cdt" in switches:
         torch._inductor.config.coordinate_descent_tuning = True
 
@@ -46,6 +47,7 @@ def run_one(preset: str, variant: str, steps: int, warmup: int, batch: int) -> d
     switches = set(variant.split("+"))
     apply_switches(switches)
     cfg = yaml.safe_load((ROOT / "src/distlab/recipes/hrm/presets" / f"{preset}.yaml").read_text())
+    cfg["arch"]["fused_mixer"] = "nofused" not in switches
     meta = {"vocab_size": 11, "seq_len": 81, "num_puzzle_identifiers": 1}
     torch.manual_seed(0)
     dev = torch.device("cuda")

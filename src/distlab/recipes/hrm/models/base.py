@@ -64,7 +64,7 @@ class RecurrentCore(nn.Module, ABC):
     def make_block(self) -> PostNormBlock:
         cfg = self.cfg
         return PostNormBlock(cfg.hidden_size, cfg.num_heads, cfg.expansion, cfg.rms_norm_eps,
-                             seq_mix_len=self.total_len if cfg.mlp_t else None)
+                             seq_mix_len=self.total_len if cfg.mlp_t else None, fused_mixer=cfg.fused_mixer)
 
     # --- carried state -------------------------------------------------------------------------
     def empty_carry(self, batch_size: int, device: torch.device) -> InnerCarry:

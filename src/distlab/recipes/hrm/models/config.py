@@ -49,6 +49,7 @@ class ArchConfig:
     loss_type: str = "stablemax"
     act: str = "q_learning"
     mlp_t: bool = False
+    fused_mixer: bool = True  # mlp_t's no-grad passes as one Triton kernel on CUDA (models/fused_mixer.py)
     ema_decay: float = 0.999
 
     def __post_init__(self) -> None:

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import fused_mixer
+
 CosSin = tuple[torch.Tensor, torch.Tensor]
 
 _TRUNC = 2.0  # truncation at +-2 standard deviations, as JAX's truncated_normal
@@ -164,12 +166,14 @@ class PostNormBlock(nn.Module):
     With ``seq_mix_len`` set, the attention is replaced by a SwiGLU across the sequence
     dimension (TRM's ``mlp_t``), which suits fixed-size grids such as Sudoku; such a block takes its
     input positions-first, (S, B, D) (see ``RecurrentCore.forward``), and attention blocks (B, S, D).
+    Where no gradient is taken, ``fused_mixer`` runs that sub-block as one kernel (``fused_mixer.py``).
     """
 
     def __init__(self, hidden_size: int, num_heads: int, expansion: float, eps: float,
-                 seq_mix_len: int | None = None) -> None:
+                 seq_mix_len: int | None = None, fused_mixer: bool = False) -> None:
         super().__init__()
         self.eps = eps
+        self.fused_mixer = fused_mixer
         self.mixer: nn.Module
         if seq_mix_len is None:
             self.mixer = Attention(hidden_size, num_heads)
@@ -184,8 +188,14 @@ class PostNormBlock(nn.Module):
             # Sequence mixing works channel-wise: the residual is normalised over positions (dim 0), as
             # in TRM. Normalising it over features instead washes the token identities out after a few
             # recursions and the model never learns to read its input.
-            x = rms_norm(x + self.mixer.mix_leading(x), self.eps, dim=0)
+            x = self._mix_positions(x)
         return rms_norm(x + self.mlp(x), self.eps)
+
+    def _mix_positions(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused_mixer and not torch.is_grad_enabled() and fused_mixer.available(x):
+            gate_up, down = self.mixer.gate_up_proj.weight.to(x.dtype), self.mixer.down_proj.weight.to(x.dtype)
+            return fused_mixer.seq_mixer_block(x, gate_up, down, self.eps)
+        return rms_norm(x + self.mixer.mix_leading(x), self.eps, dim=0)
 
 
 class ReasoningModule(nn.Module):
