@@ -40,8 +40,9 @@ if triton is not None:
         if _INTERPRETED:  # the CPU interpreter in tests: one configuration, nothing to time
             return [triton.Config({"BLOCK_N": 16, "BLOCK_I": 16})]
         return [triton.Config({"BLOCK_N": n, "BLOCK_I": i}, num_warps=w, num_stages=s)
-                for n, i, w, s in ((64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4),
-                                   (128, 32, 8, 3), (128, 128, 8, 2), (64, 128, 4, 2), (256, 64, 8, 3))]
+                for n, i, w, s in ((64, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 2), (128, 64, 8, 3),
+                                   (128, 64, 8, 4), (128, 32, 8, 3), (128, 32, 4, 3), (128, 128, 8, 2),
+                                   (64, 128, 4, 2), (256, 64, 8, 3), (128, 64, 16, 3), (256, 64, 16, 3))]
 
     @triton.autotune(configs=_configs(), key=["S", "I"])
     @triton.jit
