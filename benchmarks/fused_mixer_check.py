@@ -3,25 +3,26 @@
     python3 benchmarks/fused_mixer_check.py            # trm-sudoku's shape: 97 positions, batch 768, width 512
 
 Prints, as JSON lines: the largest difference of the fused sub-block and of the bf16 PyTorch path from a float32
-reference of the same bf16 inputs; the same for a whole TRM segment's logits (bf16 fused and PyTorch against float32 PyTorch)
-under no_grad; and the time of one sub-block, fused and compiled PyTorch (triton.testing.do_bench, median).
+reference of the same bf16 inputs; the same for a whole TRM segment's logits under no_grad (bf16 fused and PyTorch
+against float32 PyTorch); and the time of one sub-block, fused and compiled PyTorch (triton.testing.do_bench, median).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import torch
 import triton.testing
 import yaml
 
-from distlab.recipes.hrm.models.build import build_model
 from distlab.recipes.hrm.models import fused_mixer
+from distlab.recipes.hrm.models.build import build_model
 from distlab.recipes.hrm.models.fused_mixer import seq_mixer_block
 from distlab.recipes.hrm.models.layers import SwiGLU, rms_norm
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def block_check(positions: int, batch: int, width: int) -> dict:
@@ -62,9 +63,11 @@ def segment(preset: str, batch: int, dtype: str, fused: bool) -> tuple[torch.Ten
     inner = model.model.inner
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randint(1, 11, (batch, 81), device="cuda", generator=gen)
-    data = {"inputs": x, "labels": x.clone(), "puzzle_identifiers": torch.zeros(batch, dtype=torch.long, device="cuda")}
+    ids = torch.zeros(batch, dtype=torch.long, device="cuda")
+    data = {"inputs": x, "labels": x.clone(), "puzzle_identifiers": ids}
     with torch.no_grad():
-        carry = inner.reset_carry(torch.ones(batch, dtype=torch.bool, device="cuda"), inner.empty_carry(batch, x.device))
+        reset = torch.ones(batch, dtype=torch.bool, device="cuda")
+        carry = inner.reset_carry(reset, inner.empty_carry(batch, x.device))
         _, logits, q_halt, _ = inner(carry, data)
     return logits.float(), q_halt.float()
 

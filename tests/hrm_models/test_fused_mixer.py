@@ -49,3 +49,12 @@ def test_trm_segment_same_with_and_without_the_kernel(cases: dict) -> None:
 
 def test_mismatched_weights_are_refused(cases: dict) -> None:
     assert "do not fit 5 positions" in cases["bad_weights"]
+
+
+def test_cpu_tensors_take_the_pytorch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from distlab.recipes.hrm.models import fused_mixer
+
+    monkeypatch.setattr(fused_mixer, "_INTERPRETED", False)
+    assert not fused_mixer.available(torch.empty(1))

@@ -3,11 +3,11 @@
 With ``mlp_t`` the mixer is a SwiGLU over about 100 positions with a 512-wide intermediate, so its matmuls have an
 inner dimension near 100 and are bound by memory traffic: the gate and up outputs (five times the size of the
 activations) are written, read back by the gating, written again and read by the down projection, and the
-residual norm over positions reads the result once more. Those passes were most of TRM's step on an H200
-(docs/benchmarks.md, issue 19). All positions of one column (an example's feature) fit in one program, so the
-whole sub-block, ``rms_norm(x + W_d (silu(W_g x) * W_u x), over positions)``, can run with the intermediate kept
-on chip: x is read once and the result written once. TRM's first T-1 recursions and evaluation run under
-``torch.no_grad``, which is where the block uses it (``PostNormBlock``); with gradients the PyTorch path runs.
+residual norm over positions reads the result once more. All positions of one column (an example's feature) fit in
+one program, so the whole sub-block, ``rms_norm(x + W_d (silu(W_g x) * W_u x), over positions)``, can run with the
+intermediate kept on chip: x is read once and the result written once (TRM's training step 10% shorter on an H200;
+docs/benchmarks.md, issue 19). TRM's first T-1 recursions and evaluation run under ``torch.no_grad``, which is where
+the block uses it (``PostNormBlock``); with gradients the PyTorch path runs.
 
 The sums are the same; only the roundings differ (the gate and up outputs stay float32 before the gating, as
 Inductor's fusions already keep other intermediates).
@@ -30,8 +30,11 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def available(x: torch.Tensor) -> bool:
-    """Whether the fused kernel can run on ``x``'s device (CUDA with Triton, or Triton's CPU interpreter)."""
-    return triton is not None and (x.is_cuda or _INTERPRETED)
+    """Whether the fused kernel can run on ``x``'s device: Triton and a GPU with bf16 tensor cores (Ampere or
+    newer), or Triton's CPU interpreter. ``torch.compile`` folds the device query to a constant."""
+    if triton is None:
+        return False
+    return _INTERPRETED or (x.is_cuda and torch.cuda.get_device_properties(x.device).major >= 8)
 
 
 if triton is not None:
