@@ -58,3 +58,13 @@ def test_cpu_tensors_take_the_pytorch_path(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(fused_mixer, "_INTERPRETED", False)
     assert not fused_mixer.available(torch.empty(1))
+
+
+@pytest.mark.parametrize(("capability", "expected"), [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_only_ampere_or_newer_gpus_use_the_kernel(monkeypatch: pytest.MonkeyPatch, capability, expected) -> None:
+    import torch
+
+    from distlab.recipes.hrm.models import fused_mixer
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert fused_mixer.supported(torch.device("cuda", 0)) is expected

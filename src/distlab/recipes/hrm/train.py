@@ -8,6 +8,7 @@ exactly where it stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -23,6 +24,7 @@ from distlab.recipes.hrm.config import HRMConfig
 from distlab.recipes.hrm.data.format import PuzzleSplit, load_split
 from distlab.recipes.hrm.evaluation import evaluate
 from distlab.recipes.hrm.flops import flops_per_example
+from distlab.recipes.hrm.models import fused_mixer
 from distlab.recipes.hrm.models.build import build_model
 from distlab.recipes.hrm.models.ema import EMA
 from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers, set_lr
@@ -59,7 +61,11 @@ def build(cfg: HRMConfig, session, meta: dict):
     """Model (wrapped), dense optimizers, sparse optimizer and EMA, identical on every rank."""
     rt = session.rt
     rt.seed_everything(cfg.run.seed)
-    core = build_model(cfg.arch, meta)
+    arch = cfg.arch
+    if arch.mlp_t and arch.fused_mixer and rt.device.type == "cuda" and not fused_mixer.supported(rt.device):
+        log.info("arch.fused_mixer: this GPU predates Ampere, so TRM's sequence mixer runs in PyTorch")
+        arch = dataclasses.replace(arch, fused_mixer=False)
+    core = build_model(arch, meta)
     if cfg.dist.verify_init:
         rt.verify_identical(core, "initial parameters")
     if cfg.arch.act in ("fixed", "none"):  # no halting is learned: freeze the Q head so no rank waits on its grads

@@ -30,11 +30,14 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def available(x: torch.Tensor) -> bool:
-    """Whether the fused kernel can run on ``x``'s device: Triton and a GPU with bf16 tensor cores (Ampere or
-    newer), or Triton's CPU interpreter. ``torch.compile`` folds the device query to a constant."""
-    if triton is None:
-        return False
-    return _INTERPRETED or (x.is_cuda and torch.cuda.get_device_properties(x.device).major >= 8)
+    """Whether the fused kernel can run on ``x``'s device (CUDA with Triton, or Triton's CPU interpreter)."""
+    return triton is not None and (x.is_cuda or _INTERPRETED)
+
+
+def supported(device: torch.device) -> bool:
+    """Whether a model on CUDA ``device`` may use the kernel: Triton's bf16 tensor-core dot needs an Ampere or newer
+    GPU. Checked once when the model is built (``recipes/hrm/train.py``), outside anything ``torch.compile`` traces."""
+    return torch.cuda.get_device_capability(device)[0] >= 8
 
 
 if triton is not None:
