@@ -60,6 +60,16 @@ def test_cpu_tensors_take_the_pytorch_path(monkeypatch: pytest.MonkeyPatch) -> N
     assert not fused_mixer.available(torch.empty(1))
 
 
+def test_long_sequences_take_the_pytorch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from distlab.recipes.hrm.models import fused_mixer
+
+    monkeypatch.setattr(fused_mixer, "_INTERPRETED", True)  # as in the interpreter: only the length decides
+    assert fused_mixer.available(torch.empty(97, 2, 8))
+    assert not fused_mixer.available(torch.empty(901, 2, 8))
+
+
 @pytest.mark.parametrize(("capability", "expected"), [((7, 5), False), ((8, 0), True), ((9, 0), True)])
 def test_only_ampere_or_newer_gpus_use_the_kernel(monkeypatch: pytest.MonkeyPatch, capability, expected) -> None:
     import torch

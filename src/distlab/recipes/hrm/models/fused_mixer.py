@@ -29,9 +29,13 @@ except ImportError:  # CPU-only installs: the PyTorch path is used
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+MAX_POSITIONS = 128  # one program holds (columns x padded positions) in float32 registers; measured at 97 (Sudoku)
+
+
 def available(x: torch.Tensor) -> bool:
-    """Whether the fused kernel can run on ``x``'s device (CUDA with Triton, or Triton's CPU interpreter)."""
-    return triton is not None and (x.is_cuda or _INTERPRETED)
+    """Whether the fused kernel can run on positions-first ``x``: on CUDA with Triton (or Triton's CPU interpreter),
+    and for at most ``MAX_POSITIONS`` positions; longer sequences (a 30x30 maze has 900) take the PyTorch path."""
+    return triton is not None and (x.is_cuda or _INTERPRETED) and x.shape[0] <= MAX_POSITIONS
 
 
 def supported(device: torch.device) -> bool:
