@@ -29,18 +29,18 @@ def block_check(positions: int, batch: int, width: int) -> dict:
     torch.manual_seed(0)
     mixer = SwiGLU(positions, 4.0).cuda()
     x = torch.randn(positions, batch, width, device="cuda").bfloat16()
-    gate_up, down = mixer.gate_up_proj.weight.bfloat16(), mixer.down_proj.weight.bfloat16()
+    weights = mixer.weights(torch.bfloat16)
 
     def torch_path(x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x + mixer.mix_leading(x), 1e-5, dim=0)
 
     with torch.no_grad():
         ref = rms_norm(x.float() + mixer.mix_leading(x.float()), 1e-5, dim=0)
-        fused = seq_mixer_block(x, gate_up, down, 1e-5)
+        fused = seq_mixer_block(x, *weights, 1e-5)
         eager = torch_path(x)
         compiled = torch.compile(torch_path)
         compiled(x)
-        ms_fused = triton.testing.do_bench(lambda: seq_mixer_block(x, gate_up, down, 1e-5))
+        ms_fused = triton.testing.do_bench(lambda: seq_mixer_block(x, *weights, 1e-5))
         ms_compiled = triton.testing.do_bench(lambda: compiled(x))
     moved = 2 * x.numel() * x.element_size()
     return {"check": "sub-block", "shape": [positions, batch, width],

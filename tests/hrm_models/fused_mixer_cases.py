@@ -28,7 +28,7 @@ def block_diff(positions: int, batch: int, width: int) -> float:
     x = torch.randn(positions, batch, width)
     with torch.no_grad():
         ref = rms_norm(x + mixer.mix_leading(x), 1e-5, dim=0)
-        out = _kernel(x, mixer.gate_up_proj.weight, mixer.down_proj.weight, 1e-5)
+        out = _kernel(x, *mixer.weights(x.dtype), 1e-5)
     return (out - ref).abs().max().item()
 
 
@@ -68,7 +68,7 @@ def trm_segment() -> dict:
 
 def bad_weights() -> str:
     try:
-        _kernel(torch.randn(5, 4), torch.randn(512, 5), torch.randn(5, 128), 1e-5)
+        _kernel(torch.randn(5, 4), torch.randn(256, 5), torch.randn(256, 5), torch.randn(5, 128), 1e-5)
     except ValueError as err:
         return str(err)
     return ""

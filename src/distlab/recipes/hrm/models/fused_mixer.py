@@ -79,10 +79,11 @@ if triton is not None:
         tl.store(out_ptr + tile, (y * scale[:, None]).to(out_ptr.dtype.element_ty), mask=tile_ok)
 
     @torch.library.triton_op("distlab::seq_mixer_block", mutates_args=())
-    def _seq_mixer_block(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, eps: float) -> torch.Tensor:
+    def _seq_mixer_block(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
+                         eps: float) -> torch.Tensor:
         positions, inner = x.shape[0], down.shape[1]
         padded = max(16, triton.next_power_of_2(positions))
-        gate_t, up_t = (w.T.contiguous() for w in F.pad(gate_up, (0, padded - positions)).chunk(2))
+        gate_t, up_t = (F.pad(w, (0, padded - positions)).T.contiguous() for w in (gate, up))
         down_t = F.pad(down, (0, 0, 0, padded - positions)).T.contiguous()
         flat = x.reshape(positions, -1)
         out = torch.empty_like(flat)
@@ -96,18 +97,19 @@ if triton is not None:
         return out.view(x.shape)
 
 
-def seq_mixer_block(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, eps: float) -> torch.Tensor:
+def seq_mixer_block(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
+                    eps: float) -> torch.Tensor:
     """``rms_norm(x + down @ (silu(gate @ x) * (up @ x)), eps, dim=0)`` for positions-first ``x`` (S, ...).
 
-    ``gate_up`` is the (2I, S) weight whose halves are the gate and up projections, ``down`` the (S, I) one, both
-    in ``x``'s dtype. No autograd: call it only where no gradient is needed.
+    ``gate`` and ``up`` are (I, S), ``down`` is (S, I), all in ``x``'s dtype (``SwiGLU.weights``). No autograd: call
+    it only where no gradient is needed.
     """
     if triton is None:
         raise RuntimeError("the fused sequence mixer needs Triton; use the PyTorch path (arch.fused_mixer=false)")
     positions, inner = x.shape[0], down.shape[1]
-    if gate_up.shape != (2 * inner, positions) or down.shape != (positions, inner):
-        raise ValueError(f"mixer weights {tuple(gate_up.shape)} and {tuple(down.shape)} do not fit {positions} "
-                         "positions")
+    if gate.shape != (inner, positions) or up.shape != gate.shape or down.shape != (positions, inner):
+        raise ValueError(f"mixer weights {tuple(gate.shape)}, {tuple(up.shape)} and {tuple(down.shape)} do not fit "
+                         f"{positions} positions")
     if inner % 128:  # the kernel steps through the intermediate in unmasked blocks of up to 128
         raise ValueError(f"the fused sequence mixer needs an intermediate width divisible by 128, got {inner}")
-    return _seq_mixer_block(x.contiguous(), gate_up.contiguous(), down.contiguous(), eps)
+    return _seq_mixer_block(x.contiguous(), gate.contiguous(), up.contiguous(), down.contiguous(), eps)

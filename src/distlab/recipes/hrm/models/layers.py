@@ -144,18 +144,18 @@ class SwiGLU(nn.Module):
         self.gate_up_proj = CastedLinear(hidden_size, 2 * width)
         self.down_proj = CastedLinear(width, hidden_size)
 
-    def _weights(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def weights(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         gate, up = self.gate_up_proj.weight.to(dtype).chunk(2, dim=0)
         return gate, up, self.down_proj.weight.to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up, down = self._weights(x.dtype)
+        gate, up, down = self.weights(x.dtype)
         return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
 
     def mix_leading(self, x: torch.Tensor) -> torch.Tensor:
         """The same MLP along dim 0 of ``x`` (positions, batch, features): ``W @ x`` as one large matmul
         over all examples, instead of transposing the activations to put positions last."""
-        gate, up, down = self._weights(x.dtype)
+        gate, up, down = self.weights(x.dtype)
         flat = x.reshape(x.shape[0], -1)
         return (down @ (F.silu(gate @ flat) * (up @ flat))).view(x.shape)
 
@@ -193,8 +193,7 @@ class PostNormBlock(nn.Module):
 
     def _mix_positions(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused_mixer and not torch.is_grad_enabled() and fused_mixer.available(x):
-            gate_up, down = self.mixer.gate_up_proj.weight.to(x.dtype), self.mixer.down_proj.weight.to(x.dtype)
-            return fused_mixer.seq_mixer_block(x, gate_up, down, self.eps)
+            return fused_mixer.seq_mixer_block(x, *self.mixer.weights(x.dtype), self.eps)
         return rms_norm(x + self.mixer.mix_leading(x), self.eps, dim=0)
 
 
