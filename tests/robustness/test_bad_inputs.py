@@ -117,6 +117,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
      ["dist.compile_mode=reduce_overhead", "act carry", "max_autotune_no_cudagraphs"]),
     ("hrm-cuda-graphs-autotune", ["train", "hrm", "dist.compile=true", "dist.compile_mode=max_autotune"],
      ["dist.compile_mode=max_autotune replays", "max_autotune_no_cudagraphs"]),
+    ("hrm-fused-mixer-word", ["train", "hrm", "arch.fused_mixer=maybe"], ["arch.fused_mixer=maybe", "not a boolean"]),
     ("hrm-lr-neg", ["train", "hrm", "lr=-1"], ["lr=-1"]),
     ("hrm-gbs-neg", ["train", "hrm", "global_batch_size=-4"], ["global_batch_size=-4", "greater than 0"]),
     ("hrm-lr-min", ["train", "hrm", "lr_min_ratio=-1"], ["lr_min_ratio=-1", "0 or more"]),
