@@ -150,6 +150,19 @@ class Runtime:
             vec = vec.cpu()
         return dict(zip(keys, vec.tolist()))
 
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` summed over ranks, on ``tensor``'s device; the input is left unchanged.
+
+        For counts and moments a recipe must agree on before its loss (global token counts, a batch
+        std): one collective on whatever device the backend moves (CUDA under NCCL, the CPU under gloo).
+        Collective: every rank calls it with the same shape and dtype.
+        """
+        if not self.distributed:
+            return tensor.clone()
+        x = tensor.to(self.comm_device, copy=True)
+        dist.all_reduce(x)
+        return x.to(tensor.device)
+
     def any_flags(self, *flags: bool) -> tuple[bool, ...]:
         """Each flag True on every rank if it is True on any rank: one collective for all of them."""
         if not self.distributed:

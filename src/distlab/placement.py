@@ -21,6 +21,7 @@ from torch import nn
 from distlab.config import DistConfig, Wrap
 from distlab.dist import Runtime
 from distlab.errors import DistlabError, near_matches
+from distlab.wrap import unwrap
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -147,6 +148,13 @@ def offload(model: nn.Module, device: torch.device) -> nn.Module:
         mod.register_forward_hook(_stream_out)
     model._distlab_offload_device = device  # type: ignore[attr-defined]
     return model
+
+
+def compute_device(model: nn.Module) -> torch.device:
+    """Where ``model`` computes: an ``offload``-placed model keeps its weights on the CPU but runs on its device,
+    so inputs must go there, not to where its parameters lie."""
+    inner = unwrap(model)
+    return getattr(inner, "_distlab_offload_device", None) or next(inner.parameters()).device
 
 
 def _stream_in(device: torch.device):

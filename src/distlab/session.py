@@ -226,6 +226,18 @@ class Session:
             steps = step
         return stop and step < steps, steps
 
+    def end_step(self, step: int, steps: int) -> tuple[bool, int]:
+        """The tail of every training step: agree on stopping, then checkpoint when due or last.
+
+        Returns ``(stop, steps)``: ``stop`` asks the loop to leave now (a signal or ``run.stop_at``; the
+        checkpoint is already written), and ``steps`` is the step count to train to, lowered to ``step``
+        once ``run.time_limit_s`` is spent so training ends normally and evaluates. The recipe keeps
+        ``steps`` in a local: its config stays what the user asked for.
+        """
+        stop, steps = self.stop_or_end(step, steps)
+        self.checkpoint(step, last=stop or step == steps)
+        return stop, steps
+
     def stop_requested(self, step: int) -> bool:
         return self.stop_check(step)[0]
 

@@ -130,3 +130,26 @@ def test_all_gather_ragged_alone_returns_the_input():
     assert (alone.world_size, alone.distributed) == (1, False) and alone.all_gather_ragged(t) is t
     with pytest.raises(DistlabError, match="scalar"):
         Runtime().all_gather_ragged(torch.tensor(1.0))
+
+
+def _sum(rank, world_size):
+    rt = init_runtime("gloo", "cpu")
+    counts = torch.tensor([rank + 1, 10 * (rank + 1)], dtype=torch.int64)  # ranks hold different counts
+    moments = torch.tensor([[0.5 * (rank + 1)]], dtype=torch.float64)
+    total, summed = rt.all_reduce_sum(counts), rt.all_reduce_sum(moments)
+    return (total.tolist(), total.dtype, summed.tolist(), summed.device.type, counts.tolist())
+
+
+def test_all_reduce_sum_adds_over_ranks_and_leaves_the_input():
+    results = run_ranks(_sum, 2)
+    for rank, (total, dtype, summed, device, mine) in enumerate(results):
+        assert total == [3, 30] and dtype == torch.int64
+        assert summed == [[1.5]] and device == "cpu"
+        assert mine == [rank + 1, 10 * (rank + 1)]  # the caller's tensor is not overwritten
+
+
+def test_all_reduce_sum_alone_is_a_copy():
+    x = torch.tensor([1.0, 2.0])
+    y = Runtime().all_reduce_sum(x)
+    y += 1
+    assert x.tolist() == [1.0, 2.0] and y.tolist() == [2.0, 3.0]

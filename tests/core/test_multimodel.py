@@ -10,7 +10,7 @@ from torch import nn
 from clitools import run_cli, summary
 from distlab.config import DistConfig
 from distlab.errors import DistlabError
-from distlab.placement import offload, soft_update_, validate_placement
+from distlab.placement import compute_device, offload, soft_update_, validate_placement
 
 COMMON = ["steps=12", "global_batch_size=16", "num_examples=256", "log.every=1"]
 PIECES = ("policy", "critic", "target_critic", "ema", "policy_optim", "critic_optim", "sampler", "step")
@@ -145,6 +145,19 @@ def test_offloaded_model_gives_the_same_outputs():
         got = off(x.to(dev)).cpu()
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert all(p.device.type == "cpu" for p in off.parameters())  # weights went back to the host
+
+
+def test_compute_device_of_a_plain_model_is_where_its_weights_are():
+    model = nn.Linear(3, 3).to(torch.float64)
+    assert compute_device(model) == torch.device("cpu")
+    assert compute_device(torch.compile(model)) == torch.device("cpu")  # through the compile wrapper
+
+
+def test_compute_device_of_an_offloaded_model_is_its_compute_device():
+    # "meta" stands in for a GPU on a CPU-only machine: the weights stay on the CPU, inputs must go to meta
+    model = offload(nn.Sequential(nn.Linear(3, 3), nn.LayerNorm(3)).requires_grad_(False), torch.device("meta"))
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    assert compute_device(model) == torch.device("meta")
 
 
 def test_doctor_estimates_memory_per_device(tmp_path):
