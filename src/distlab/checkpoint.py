@@ -411,6 +411,27 @@ class CheckpointManager:
         return meta
 
 
+def load_model_weights(model: torch.nn.Module, ckpt: Path, prefer: str | None = None) -> str:
+    """Read one model's weights from a checkpoint into ``model``, on one process without a process group.
+
+    For tools that use a trained model outside a run (a backtest, a demo): no optimizer, no other
+    state, no verification (the caller's :func:`find_checkpoint` did that). The model read is
+    ``prefer`` when the checkpoint has it, else the first one it lists; checkpoints from before
+    several models per run hold a single ``model`` and load too. Returns the name read.
+    """
+    names = json.loads((Path(ckpt) / "extra.json").read_text()).get("models")
+    if not names:
+        state = {"model": model.state_dict()}
+        dcp.load(state, checkpoint_id=str(ckpt))
+        model.load_state_dict(state["model"])
+        return "model"
+    name = prefer if prefer in names else names[0]
+    state = {"models": {name: model.state_dict()}}
+    dcp.load(state, checkpoint_id=str(ckpt))
+    model.load_state_dict(state["models"][name])
+    return name
+
+
 def export_model(checkpoint: Path, out: Path) -> Path:
     """Consolidate a (possibly sharded) DCP checkpoint's model weights into one ``torch.save`` file."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save

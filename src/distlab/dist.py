@@ -163,6 +163,21 @@ class Runtime:
         dist.all_reduce(x)
         return x.to(tensor.device)
 
+    def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """Overwrite ``tensor`` in place with rank ``src``'s copy; returns it.
+
+        For state that must start identical where ranks seed differently (PPO's policy weights).
+        The copy travels on the backend's device and lands back where ``tensor`` lives. Collective:
+        every rank calls it with the same shape and dtype.
+        """
+        if not self.distributed:
+            return tensor
+        x = tensor if tensor.device == self.comm_device else tensor.to(self.comm_device)
+        dist.broadcast(x, src=src)
+        if x is not tensor:
+            tensor.copy_(x)
+        return tensor
+
     def any_flags(self, *flags: bool) -> tuple[bool, ...]:
         """Each flag True on every rank if it is True on any rank: one collective for all of them."""
         if not self.distributed:

@@ -115,3 +115,18 @@ def test_async_save_finishes(tmp_path):
     mgr.wait()
     assert verify_checkpoint(mgr.steps()[-1]) is None
     assert json.loads((mgr.steps()[-1] / "extra.json").read_text())["step"] == 1
+
+
+def test_load_model_weights_reads_one_model_without_a_process_group(tmp_path):
+    from distlab.checkpoint import load_model_weights
+
+    state, nets = TrainState(), {}
+    for i, name in enumerate(("actor", "policy")):
+        torch.manual_seed(i)
+        nets[name] = torch.nn.Linear(3, 2)
+        state.add_model(name, nets[name], [torch.optim.SGD(nets[name].parameters(), lr=0.1)])
+    CheckpointManager(tmp_path, Runtime()).save(1, state, {"recipe": "test"})
+    for prefer, want in (("policy", "policy"), ("critic", "actor"), (None, "actor")):  # else the first listed
+        fresh = torch.nn.Linear(3, 2)
+        assert load_model_weights(fresh, tmp_path / "step00000001", prefer=prefer) == want
+        assert torch.equal(fresh.weight, nets[want].weight) and torch.equal(fresh.bias, nets[want].bias)

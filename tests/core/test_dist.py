@@ -153,3 +153,14 @@ def test_all_reduce_sum_alone_is_a_copy():
     y = Runtime().all_reduce_sum(x)
     y += 1
     assert x.tolist() == [1.0, 2.0] and y.tolist() == [2.0, 3.0]
+
+
+def _broadcast(rank, world_size):
+    rt = init_runtime("gloo", "cpu")
+    weights = torch.full((2, 3), float(rank + 1))
+    same = rt.broadcast_(weights, src=1)
+    return weights.tolist(), same is weights
+
+
+def test_broadcast_overwrites_in_place_with_the_source_ranks_copy():
+    assert run_ranks(_broadcast, 2) == [([[2.0] * 3] * 2, True)] * 2

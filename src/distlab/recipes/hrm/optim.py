@@ -15,9 +15,9 @@ import math
 from collections.abc import Iterable
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
+from distlab.dist import Runtime
 from distlab.errors import DistlabError, near_matches
 from distlab.optim_state import adamw
 
@@ -59,12 +59,14 @@ def adam_atan2(params: Iterable[nn.Parameter], lr: float, weight_decay: float,
 
 def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float = 1e-4, weight_decay: float = 0.1,
                      betas: tuple[float, float] = (0.9, 0.95), puzzle_emb_lr: float = 1e-2,
-                     puzzle_emb_weight_decay: float = 0.1, state_dtype: str = "fp32") -> list[torch.optim.Optimizer]:
+                     puzzle_emb_weight_decay: float = 0.1, state_dtype: str = "fp32",
+                     rt: Runtime | None = None) -> list[torch.optim.Optimizer]:
     """Dense optimizer for the parameters plus, when the model has puzzle embeddings, SparseSignSGD.
 
     Every param group records ``base_lr`` for :func:`set_lr`. ``model`` may be DDP/compile wrapped.
     ``state_dtype`` (``optim.state_dtype``) applies to AdamW, built by the core's
     :func:`distlab.optim_state.adamw`; Adam-atan2 keeps fp32 moments (its package has no other).
+    ``rt`` is the runtime the sparse update gathers rows over (see :class:`SparseSignSGD`).
     """
     if optimizer not in OPTIMIZERS:
         hint = near_matches(optimizer, OPTIMIZERS)
@@ -79,7 +81,7 @@ def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float 
     opts = [dense]
     emb = _find_puzzle_emb(model)
     if emb is not None:
-        opts.append(SparseSignSGD(emb, lr=puzzle_emb_lr, weight_decay=puzzle_emb_weight_decay))
+        opts.append(SparseSignSGD(emb, lr=puzzle_emb_lr, weight_decay=puzzle_emb_weight_decay, rt=rt))
     for opt in opts:
         for group in opt.param_groups:
             group["base_lr"] = group["lr"]
@@ -104,18 +106,24 @@ class SparseSignSGD(torch.optim.Optimizer):
     and applies ``w = w * (1 - lr * wd) - lr * sign(g)`` to those rows only. All ranks then hold
     the same table without ever all-reducing it densely; the result does not depend on how the
     global batch is split across ranks.
+
+    ``rt`` gathers the rows; without one, the process group this process already joined (a test
+    harness, a script) is used, or none.
     """
 
-    def __init__(self, puzzle_emb: SparsePuzzleEmbedding, lr: float = 1e-2, weight_decay: float = 0.1) -> None:
+    def __init__(self, puzzle_emb: SparsePuzzleEmbedding, lr: float = 1e-2, weight_decay: float = 0.1,
+                 rt: Runtime | None = None) -> None:
         if lr < 0 or weight_decay < 0:
             raise DistlabError(f"puzzle embedding lr ({lr}) and weight_decay ({weight_decay}) must be >= 0")
         self.puzzle_emb = puzzle_emb
+        self.rt = rt if rt is not None else Runtime.from_process_group(puzzle_emb.weights.device)
         super().__init__([puzzle_emb.weights], dict(lr=lr, weight_decay=weight_decay))
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
         ids, grads = self.puzzle_emb.pop_local_grads()
-        ids, grads = _all_gather_rows(ids, grads)
+        # every rank's rows in rank order; ranks touch different numbers of rows
+        ids, grads = self.rt.all_gather_ragged(ids), self.rt.all_gather_ragged(grads)
         if ids.numel() == 0:
             return
         group = self.param_groups[0]
@@ -139,23 +147,3 @@ class SparseSignSGD(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Gradients live on per-batch copies that :meth:`step` consumes; nothing to clear here."""
 
-
-def _all_gather_rows(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Concatenate every rank's (ids, grads) in rank order; ranks may hold different row counts."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return ids, grads
-    world = dist.get_world_size()
-    count = torch.tensor([ids.shape[0]], dtype=torch.long, device=ids.device)
-    counts = [torch.zeros_like(count) for _ in range(world)]
-    dist.all_gather(counts, count)
-    sizes = [int(c.item()) for c in counts]
-    longest = max(sizes)
-    pad = longest - ids.shape[0]
-    ids_p = torch.cat([ids, ids.new_zeros(pad)])
-    grads_p = torch.cat([grads, grads.new_zeros(pad, grads.shape[1])])
-    all_ids = [torch.empty_like(ids_p) for _ in range(world)]
-    all_grads = [torch.empty_like(grads_p) for _ in range(world)]
-    dist.all_gather(all_ids, ids_p)
-    dist.all_gather(all_grads, grads_p)
-    return (torch.cat([t[:n] for t, n in zip(all_ids, sizes)]),
-            torch.cat([t[:n] for t, n in zip(all_grads, sizes)]))

@@ -1,4 +1,4 @@
-"""PPO with feed-forward or recurrent policies, on one process or many (torch.distributed).
+"""PPO with feed-forward or recurrent policies, on one process or many (through the core's Runtime).
 
 Read top to bottom: config -> the two PPO collectives -> rollout -> loss -> update -> ``train``.
 Recurrent policies are trained on whole environment sequences: the rollout stores the LSTM state
@@ -24,7 +24,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from distlab.dist import Runtime
@@ -109,7 +108,7 @@ def broadcast_parameters(rt: Runtime, module: nn.Module) -> None:
     """Make every rank start from rank 0's weights (ranks seed differently, so their inits differ)."""
     if rt.distributed:
         for p in module.parameters():
-            dist.broadcast(p.data, src=0)
+            rt.broadcast_(p.data, src=0)
 
 
 def allreduce_gradients(rt: Runtime, module: nn.Module, extras: torch.Tensor) -> torch.Tensor:
@@ -126,9 +125,7 @@ def allreduce_gradients(rt: Runtime, module: nn.Module, extras: torch.Tensor) ->
     params = list(module.parameters())
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads] + [extras.to(grads[0].dtype).reshape(-1)])
-    buf = flat.to(rt.comm_device)
-    dist.all_reduce(buf)
-    buf = (buf / rt.world_size).to(flat.device)
+    buf = rt.all_reduce_sum(flat) / rt.world_size
     offset = 0
     for p, g in zip(params, grads):
         n = g.numel()

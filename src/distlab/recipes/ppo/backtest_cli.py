@@ -7,7 +7,6 @@ command without an import cycle; training and plotting modules load when the com
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -49,23 +48,11 @@ def run_backtest(run_dir: Path, start: str, end: str | None, out: Path | None) -
 
 
 def load_policy_weights(policy: torch.nn.Module, ckpt: Path) -> None:
-    """Read only the policy's weights from a training checkpoint (DCP), on one CPU process.
+    """Read only the policy's weights from a training checkpoint (the core's single-process reader), so
+    backtests of runs saved in either checkpoint layout keep working."""
+    from distlab.checkpoint import load_model_weights
 
-    Checkpoints that list their models in extra.json hold ``{"models": {name: weights}}`` (the core's
-    tracked state); older ones hold ``{"model": weights}``. Either loads, so backtests of earlier runs keep working.
-    """
-    import torch.distributed.checkpoint as dcp
-
-    names = json.loads((ckpt / "extra.json").read_text()).get("models")
-    if names:
-        name = "policy" if "policy" in names else names[0]
-        state = {"models": {name: policy.state_dict()}}
-        dcp.load(state, checkpoint_id=str(ckpt))
-        policy.load_state_dict(state["models"][name])
-    else:
-        state = {"model": policy.state_dict()}
-        dcp.load(state, checkpoint_id=str(ckpt))
-        policy.load_state_dict(state["model"])
+    load_model_weights(policy, ckpt, prefer="policy")
 
 
 def cmd_backtest(a: argparse.Namespace, extra: list[str]) -> int:
