@@ -1,8 +1,8 @@
 """Checkpoints on ``torch.distributed.checkpoint`` that survive crashes, preemption and resharding.
 
 A checkpoint is written into a hidden temporary directory, sealed with a manifest of file sizes and
-hashes, then renamed into place and pointed to by ``latest``; a crash mid-write leaves the previous
-checkpoint untouched. On restore, a checkpoint whose files no longer match its manifest (truncated,
+hashes, then renamed into place; a crash mid-write leaves the previous checkpoint untouched. The
+newest is found by listing the step directories (no pointer file to fall out of date). On restore, a checkpoint whose files no longer match its manifest (truncated,
 corrupted) is skipped with a warning and the one before it is used. Model and optimizer state go
 through DCP's state-dict helpers, so a run saved on N ranks (DDP or FSDP2) loads on M ranks.
 """
@@ -30,7 +30,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.api import CheckpointException
 
-from distlab.atomic import atomic_path, atomic_write_json, atomic_write_text
+from distlab.atomic import atomic_path, atomic_write_json
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
 
@@ -189,11 +189,14 @@ class Box:
         self.value = pickle.loads(raw) if isinstance(raw, bytes) else raw
 
 
-def find_checkpoint(target: Path) -> Path:
+def find_checkpoint(target: Path, verify_given: bool = False) -> Path:
     """A checkpoint directory as given, or the newest valid one under a run directory.
 
+    A run directory's checkpoints are verified to choose one; ``verify_given`` verifies a given
+    checkpoint directory too, so the result is verified either way (``distlab eval``: the ranks that
+    load it afterwards do not hash it again, which would read the whole checkpoint once per rank).
     Every way this can fail says which of the cases it is (no such path, not a run, nothing saved yet,
-    everything saved is corrupt), because the fix differs for each.
+    everything saved is corrupt, the given one is corrupt), because the fix differs for each.
     """
     target = Path(target)
     if not target.exists():
@@ -202,6 +205,9 @@ def find_checkpoint(target: Path) -> Path:
         raise DistlabError(f"{target} is a file, not a run; pass a run directory (runs/<name>) or a checkpoint "
                            f"directory (runs/<name>/checkpoints/stepNNNNNNNN)")
     if STEP_DIR.match(target.name):
+        problem = verify_checkpoint(target) if verify_given else None
+        if problem:
+            raise DistlabError(f"checkpoint {target} cannot be trusted: {problem}; pick another step or retrain")
         return target
     root = target / "checkpoints" if (target / "checkpoints").is_dir() else target
     steps = sorted((p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name)), reverse=True)
@@ -285,7 +291,6 @@ class CheckpointManager:
         aside.mkdir(parents=True, exist_ok=True)
         for d in self.steps():
             os.replace(d, aside / d.name)
-        (self.root / "latest").unlink(missing_ok=True)
         return aside
 
     # -- listing -----------------------------------------------------------------------------
@@ -365,7 +370,6 @@ class CheckpointManager:
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            atomic_write_text(self.root / "latest", final.name + "\n")
             for old in self.steps()[:-self.keep_last]:
                 shutil.rmtree(old, ignore_errors=True)
             log.info("saved checkpoint %s", final)
@@ -373,7 +377,11 @@ class CheckpointManager:
 
     # -- restore -----------------------------------------------------------------------------
     def restore(self, state: TrainState, path: Path | None = None) -> dict | None:
-        """Load the newest valid checkpoint (or ``path``) into ``state``; return its meta, or None if none."""
+        """Load the newest valid checkpoint (or ``path``) into ``state``; return its meta, or None if none.
+
+        A given ``path`` is loaded as it is: it comes from :func:`find_checkpoint`, which verified it
+        once before any rank started (every rank hashing it again would read the checkpoint N more times).
+        """
         choice = str(path) if path else None
         if choice is None and self.rt.is_main:
             found = self.latest_valid()
@@ -382,9 +390,6 @@ class CheckpointManager:
         if choice is None:
             return None
         ckpt = Path(choice)
-        problem = verify_checkpoint(ckpt) if path else None
-        if problem:
-            raise DistlabError(f"checkpoint {ckpt} cannot be trusted: {problem}; pick another step or retrain")
         meta = json.loads((ckpt / "extra.json").read_text())
         missing = [n for n in state.models if n not in meta.get("models", state.models)]
         if missing:

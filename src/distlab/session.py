@@ -79,7 +79,6 @@ class Session:
                                     config={"yaml": to_yaml(cfg)} if rt.is_main else None,
                                     extra=lambda: device_peak_memory(rt))
         self.state = TrainState()
-        self.resumed: dict | None = None
         self._t0 = time.monotonic()
         self.profiler = StepProfiler(self.run_dir / "profile", cfg.log.profile_steps, cfg.log.profile_wait, rt.device,
                                      enabled=rt.is_main and not eval_mode)
@@ -178,14 +177,11 @@ class Session:
                                f"(the old ones are kept aside)")
         if meta is None and resume == Resume.must:
             raise DistlabError(f"run.resume=must but {self.ckpt.root} holds no usable checkpoint")
-        self.resumed = meta
         return int(self.counters["step"])
 
     def load_checkpoint(self, path: Path) -> dict:
         """Load a given checkpoint into the registered state (evaluation); returns its meta."""
-        meta = self.ckpt.restore(self.state, path=Path(path))
-        self.resumed = meta
-        return meta
+        return self.ckpt.restore(self.state, path=Path(path))
 
     def checkpoint(self, step: int, last: bool = False) -> bool:
         """Save if ``ckpt.every`` says so or ``last`` (final step, stop signal); True if it saved."""

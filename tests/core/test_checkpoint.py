@@ -56,7 +56,7 @@ def test_roundtrip_restores_model_optimizer_and_extra(tmp_path):
     assert extra["step"] == 2 and state.replicated["sampler"].value == 20 and state.counters["step"] == 2
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights[2]))
     assert opt.state_dict()["state"][0]["step"] == 2  # Adam moments came back too
-    assert (tmp_path / "ck" / "latest").read_text().strip() == "step00000002"
+    assert mgr.latest_valid().name == "step00000002" and not (tmp_path / "ck" / "latest").exists()  # no pointer file
 
 
 def test_keep_last_prunes(tmp_path):
@@ -130,3 +130,41 @@ def test_load_model_weights_reads_one_model_without_a_process_group(tmp_path):
         fresh = torch.nn.Linear(3, 2)
         assert load_model_weights(fresh, tmp_path / "step00000001", prefer=prefer) == want
         assert torch.equal(fresh.weight, nets[want].weight) and torch.equal(fresh.bias, nets[want].bias)
+
+
+def test_eval_verifies_a_given_checkpoint_once_and_ranks_load_it_as_it_is(tmp_path, monkeypatch):
+    import distlab.checkpoint as ckpt_mod
+    import distlab.launch
+    from distlab.evaluate import evaluate_run
+
+    mgr, weights = _save_steps(tmp_path, [1])
+    step_dir = mgr.steps()[-1]
+    (tmp_path / "config.yaml").write_text("steps: 1\n")  # evaluate_run reads the run's config beside ck/
+    real, calls, launched = ckpt_mod.verify_checkpoint, [], []
+    monkeypatch.setattr(ckpt_mod, "verify_checkpoint", lambda d: calls.append(d) or real(d))
+    monkeypatch.setattr(distlab.launch, "train", lambda *a, **kw: launched.append(kw["eval_checkpoint"]) or 0)
+    assert evaluate_run(step_dir, [], None) == 0
+    assert calls == [step_dir] and launched == [step_dir]
+    calls.clear()
+    model, opt, state, meta = _restore_path(mgr, step_dir)  # what every rank does next
+    assert calls == [] and meta["step"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights[1]))
+
+
+def test_a_corrupt_given_checkpoint_is_refused_when_asked_to_verify(tmp_path):
+    from distlab.checkpoint import find_checkpoint
+
+    mgr, _ = _save_steps(tmp_path, [1])
+    step_dir = mgr.steps()[-1]
+    shard = next(step_dir.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-1] + bytes([shard.read_bytes()[-1] ^ 0xFF]))
+    assert find_checkpoint(step_dir) == step_dir  # export and backtest verify on their own
+    with pytest.raises(DistlabError, match="cannot be trusted: .*corrupted"):
+        find_checkpoint(step_dir, verify_given=True)
+
+
+def _restore_path(mgr, path):
+    model = _model(seed=5)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    state = _state(model, opt)
+    return model, opt, state, mgr.restore(state, path=path)
