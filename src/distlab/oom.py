@@ -1,41 +1,31 @@
 """A CUDA out-of-memory error, anywhere in a run, told as one line a person can act on.
 
 PyTorch's message is a paragraph about allocator internals. What helps is how much memory the run
-needs by the doctor's arithmetic (``distlab doctor --recipe``), how much the device has, and the
-switches that lower it.
+needs by the doctor's arithmetic (:mod:`distlab.memory_estimate`, as ``distlab doctor --recipe`` prints
+it), how much the device has, and the switches that lower it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
 import torch
 
+from distlab.memory_estimate import estimate_memory, recipe_specs
+
 OPTIONS = ("dist.activation_checkpointing=blocks", "optim.state_dtype=int8", "dist.auto_micro_batch=true",
            "dist.wrap=fsdp", "a smaller batch")
 
 
-def adjust_for_state_dtype(spec: Any, state_dtype: str) -> Any:
-    """A ModelSpec whose Adam state is counted at ``optim.state_dtype`` (bf16 and int8 moments are smaller)."""
-    state_dtype = getattr(state_dtype, "value", state_dtype)
-    if state_dtype == "fp32" or getattr(spec, "optimizer", None) not in ("adam", "adamw"):
-        return spec
-    return dataclasses.replace(spec, optimizer=f"adam_{state_dtype}")
-
-
 def estimate_text(recipe: Any, cfg: Any, world_size: int) -> str:
     """``doctor estimates X GiB per device (weights ..., optimizer ..., activations ...)`` or '' if unknown."""
-    if recipe.model_spec is None:
+    specs = recipe_specs(recipe, cfg)
+    if specs is None:
         return ""
-    from distlab.doctor.memory import estimate_memory
-
-    specs = recipe.model_spec(cfg)
-    specs = specs if isinstance(specs, list) else [specs]
     strategy = "fsdp" if getattr(cfg.dist.wrap, "value", cfg.dist.wrap) == "fsdp" else "ddp"
-    parts = [estimate_memory(adjust_for_state_dtype(s, cfg.optim.state_dtype), strategy=strategy,
-                             world_size=world_size) for s in specs]
+    parts = [estimate_memory(s, strategy=strategy, world_size=world_size)
+             for s in (specs if isinstance(specs, list) else [specs])]
     gib = 2**30
     total = sum(p.total for p in parts) / gib
     weights = sum(p.params + p.grads + p.master_weights for p in parts) / gib

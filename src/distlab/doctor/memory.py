@@ -1,8 +1,8 @@
-"""Will the model fit? Per-device memory arithmetic for DDP and FSDP, and measured scaling.
+"""Will the model fit? Verdicts and advice from the per-device memory arithmetic, and measured scaling.
 
-The estimate is deliberately simple arithmetic a person can redo by hand: weights, gradients,
-optimizer state and activations. It is a lower bound (no allocator fragmentation, no DDP bucket
-copies, no FSDP all-gather buffers), so the fit test keeps a safety margin of the free memory.
+The arithmetic itself (:mod:`distlab.memory_estimate`) lies below the doctor, shared with the run-time
+out-of-memory report. It is a lower bound (no allocator fragmentation, no DDP bucket copies, no FSDP
+all-gather buffers), so the fit test keeps a safety margin of the free memory.
 Speedups are only ever *read* from a ``distlab bench scaling`` result; anything beyond the
 measured GPU counts is labelled as an estimate, never presented as a measurement.
 """
@@ -11,62 +11,20 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from distlab.errors import DistlabError
-from distlab.recipe import OPTIMIZER_STATE_BYTES, ModelSpec
+from distlab.memory_estimate import MemoryBreakdown, estimate_memory
+from distlab.recipe import ModelSpec
+
+__all__ = ["MemoryBreakdown", "ModelSpec", "estimate_memory", "find_scaling_file", "max_batch", "plan_devices",
+           "plan_memory", "speedup_estimates"]
 
 # Keep this share of free memory in reserve for the allocator, cuDNN workspaces, NCCL buffers.
 SAFETY_FRACTION = 0.9
 GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    """Bytes one rank holds; ``static`` is everything that does not scale with the batch."""
-
-    strategy: str
-    world_size: int
-    params: int
-    grads: int
-    optimizer: int
-    master_weights: int
-    activations: int
-
-    @property
-    def static(self) -> int:
-        return self.params + self.grads + self.optimizer + self.master_weights
-
-    @property
-    def total(self) -> int:
-        return self.static + self.activations
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "static": self.static, "total": self.total}
-
-
-def estimate_memory(spec: ModelSpec, *, strategy: str = "ddp", world_size: int = 1) -> MemoryBreakdown:
-    """Per-rank bytes. DDP replicates everything; FSDP (full shard) divides the static part by world size.
-
-    Below fp32, mixed-precision training keeps an fp32 master copy of trainable weights, which is
-    counted separately so the fp32 case stays the textbook ``16 bytes/param`` for Adam.
-    """
-    if strategy not in ("ddp", "fsdp"):
-        raise DistlabError(f"unknown strategy {strategy!r}; use 'ddp' or 'fsdp'")
-    if world_size < 1:
-        raise DistlabError(f"world_size must be >= 1, got {world_size}")
-    shard = world_size if strategy == "fsdp" else 1
-    master = spec.trainable * 4 if spec.param_dtype_bytes < 4 else 0
-    return MemoryBreakdown(
-        strategy=strategy, world_size=world_size,
-        params=math.ceil(spec.params * spec.param_dtype_bytes / shard),
-        grads=math.ceil(spec.trainable * spec.param_dtype_bytes / shard),
-        optimizer=math.ceil(spec.trainable * OPTIMIZER_STATE_BYTES[spec.optimizer] / shard),
-        master_weights=math.ceil(master / shard),
-        activations=spec.activation_bytes_per_example * spec.batch_per_device,
-    )
 
 
 def max_batch(spec: ModelSpec, breakdown: MemoryBreakdown, usable_bytes: float) -> int:

@@ -151,16 +151,12 @@ def recipe_model_spec(recipe_name: str, overrides: list[str], presets: list[str]
     from distlab.recipe import load_recipe
     from distlab.config import resolve_config
 
+    from distlab.memory_estimate import recipe_specs
+
     recipe = load_recipe(recipe_name)
     if recipe.model_spec is None:
         raise DistlabError(f"recipe '{recipe_name}' gives no memory model; run doctor without --recipe")
-    from distlab.oom import adjust_for_state_dtype
-
-    cfg = resolve_config(recipe, presets, overrides)
-    specs = recipe.model_spec(cfg)
-    if isinstance(specs, list):
-        return [adjust_for_state_dtype(s, cfg.optim.state_dtype) for s in specs]
-    return adjust_for_state_dtype(specs, cfg.optim.state_dtype)
+    return recipe_specs(recipe, resolve_config(recipe, presets, overrides))
 
 
 def run_from_args(args: argparse.Namespace, extra: list[str] | None = None, model: ModelSpec | None = None) -> int:

@@ -1,0 +1,52 @@
+"""Memory arithmetic lives below its readers: the out-of-memory report and the doctor give the same numbers."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from distlab.config import resolve_config
+from distlab.memory_estimate import estimate_memory, recipe_specs
+from distlab.oom import estimate_text
+from distlab.recipe import ModelSpec, load_recipe
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "distlab"
+
+
+def _imported(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
+        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+
+def test_no_core_module_reaches_up_into_the_doctor():
+    # cli.py is the top of the package: it registers the doctor's command, which is allowed to import anything
+    up = [p.name for p in SRC.glob("*.py") if p.name != "cli.py"
+          if any(m.startswith("distlab.doctor") for m in _imported(p))]
+    assert up == []
+
+
+def test_oom_report_and_doctor_count_the_same_bytes():
+    recipe = load_recipe("toy")
+    cfg = resolve_config(recipe, [], ["optim.state_dtype=int8", "d_model=128"])
+    spec = recipe_specs(recipe, cfg)
+    assert isinstance(spec, ModelSpec) and spec.optimizer == "adam_int8"  # state counted at 2 bytes/param
+    from distlab.doctor import recipe_model_spec
+
+    assert recipe_model_spec("toy", ["optim.state_dtype=int8", "d_model=128"], []) == spec
+    total = estimate_memory(spec, world_size=2).total / 2**30
+    assert f"estimates {total:.1f} GiB per device" in estimate_text(recipe, cfg, world_size=2)
+
+
+def test_a_recipe_without_a_memory_model_gives_no_estimate():
+    recipe = load_recipe("ppo")
+    assert recipe.model_spec is None
+    assert recipe_specs(recipe, None) is None and estimate_text(recipe, None, 1) == ""
+
+
+def test_fsdp_divides_the_static_part_only():
+    spec = ModelSpec("m", params=1000, activation_bytes_per_example=10, batch_per_device=4)
+    ddp, fsdp = estimate_memory(spec, world_size=4), estimate_memory(spec, strategy="fsdp", world_size=4)
+    assert (ddp.params, ddp.grads, ddp.optimizer, ddp.activations) == (4000, 4000, 8000, 40)
+    assert (fsdp.params, fsdp.grads, fsdp.optimizer, fsdp.activations) == (1000, 1000, 2000, 40)
+    assert fsdp.total == pytest.approx(4040)
