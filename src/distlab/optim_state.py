@@ -26,8 +26,6 @@ import torch
 from distlab.errors import DistlabError
 
 STATE_DTYPES = ("fp32", "bf16", "int8")
-# bytes of Adam state per parameter for the doctor's estimate (int8: two 1-byte moments + block scales)
-ADAM_STATE_BYTES = {"fp32": 8, "bf16": 4, "int8": 2}
 INSTALL = "pip install 'distlab[optim]' (torchao)"
 
 
