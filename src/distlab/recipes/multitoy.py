@@ -124,8 +124,8 @@ def train(cfg: MultiToyConfig, session) -> dict:
     dev = {n: next(unwrap(m).parameters()).device for n, m in
            (("policy", policy), ("critic", critic), ("target", target))}
     check_divisible(cfg.global_batch_size, rt.world_size, 1)
-    status, last = "completed", {}
-    while step < cfg.steps:
+    status, last, steps = "completed", {}, cfg.steps  # end_step may lower steps; the config keeps what was asked
+    while step < steps:
         idx = torch.as_tensor(sampler.next())
         x, y = x_all[idx], y_all[idx]
         logits = policy(x.to(dev["policy"]))
@@ -151,8 +151,7 @@ def train(cfg: MultiToyConfig, session) -> dict:
                                "n": float(len(idx))})
         last = {"pi_loss": last["pi_loss"] / last["n"], "v_loss": last["v_loss"] / last["n"]}
         session.metrics.log(step, last)
-        stop = session.stop_requested(step) and step < cfg.steps
-        session.checkpoint(step, last=stop or step == cfg.steps)
+        stop, steps = session.end_step(step, steps)
         if stop:
             status = "preempted"
             break

@@ -159,10 +159,11 @@ def train(cfg: ToyConfig, session) -> dict:
     session.track_model("model", model, [opt])
     session.track("sampler", sampler)
     step = session.restore()
-    progress, meter = session.progress(cfg.steps, step), session.throughput()
+    steps = cfg.steps  # end_step may lower it (run.time_limit_s); the config keeps what was asked
+    progress, meter = session.progress(steps, step), session.throughput()
     flops = flops_per_example(cfg)
     status, last = "completed", {}
-    while step < cfg.steps:
+    while step < steps:
         if cfg.step_delay_s:
             time.sleep(cfg.step_delay_s)
         for g in opt.param_groups:
@@ -194,13 +195,12 @@ def train(cfg: ToyConfig, session) -> dict:
         last = {"loss": tot["loss"] / tot["tokens"], "token_accuracy": tot["correct"] / tot["tokens"],
                 "grad_norm": gnorm, "lr": lr_at(step - 1, cfg)}
         meter.add(len(idx) * rt.world_size, global_tokens, flops * cfg.global_batch_size)
-        if step % cfg.log.every == 0 or step == cfg.steps:
+        if step % cfg.log.every == 0 or step == steps:
             session.metrics.log(step, {**last, **meter.report(), "epoch": sampler.epoch})
         if cfg.eval_every and step % cfg.eval_every == 0:
             session.metrics.log(step, evaluate(model, session, cfg), split="eval")
         progress.update(step, loss=last["loss"])
-        stop = session.stop_requested(step) and step < cfg.steps
-        session.checkpoint(step, last=stop or step == cfg.steps)
+        stop, steps = session.end_step(step, steps)
         if stop:
             status = "preempted"
             break

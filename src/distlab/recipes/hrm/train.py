@@ -161,9 +161,8 @@ def train(cfg: HRMConfig, session) -> dict:
         elapsed = elapsed_before + time.perf_counter() - t_start
         if cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
             _eval(cfg, session, model, ema, test_split, step, flops_done, elapsed, final=False)
-        stop, steps = session.stop_or_end(step, steps)
         carry_box.value, session.counters["elapsed_s"] = (carries[0] if accum == 1 else list(carries)), elapsed
-        session.checkpoint(step, last=stop or step == steps)
+        stop, steps = session.end_step(step, steps)
         if stop:
             status = "preempted"
             break

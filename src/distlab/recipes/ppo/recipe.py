@@ -39,6 +39,7 @@ class _CoreHooks(PPOHooks):
         self.num_updates = algo_cfg.total_timesteps // (algo_cfg.num_envs * algo_cfg.num_steps * world)
         self.status, self.episodes, self.run = "completed", 0, None
         self.progress = None
+        self.saved_last = False  # on_update already wrote the final checkpoint: close() need not
 
     def bind(self, run) -> None:
         self.run = run
@@ -51,9 +52,8 @@ class _CoreHooks(PPOHooks):
         self.episodes = int(s.counters["episodes"])
         self.progress = self.session.progress(self.num_updates, run.update, unit="update")
 
-    def _save(self, update: int, last: bool) -> None:
+    def _count(self, update: int) -> None:
         self.session.counters.update(update=update, global_step=self.run.global_step, episodes=self.episodes)
-        self.session.checkpoint(update, last=last)
 
     def on_update(self, update_idx: int, global_step: int, metrics: dict[str, float]) -> bool:
         self.episodes += int(metrics.get("episodes", 0))
@@ -63,15 +63,17 @@ class _CoreHooks(PPOHooks):
         self.progress.update(update_idx, ret100=metrics.get("mean_return_100", float("nan")),
                              sps=metrics.get("sps", 0.0))
         done_by_episodes = self.cfg.num_episodes > 0 and self.episodes >= self.cfg.num_episodes
-        stop = self.session.stop_requested(update_idx) and update_idx < self.num_updates
-        self._save(update_idx, last=stop)
+        self._count(update_idx)
+        stop, end = self.session.end_step(update_idx, self.num_updates)
+        self.saved_last = stop or update_idx >= end
         if stop:
             self.status = "preempted"
-        return stop or done_by_episodes
+        return self.saved_last or done_by_episodes
 
     def close(self, summary: dict) -> None:
-        if self.status == "completed":
-            self._save(self.run.update, last=True)
+        if self.status == "completed" and not self.saved_last:  # ended early (num_episodes, stop_return)
+            self._count(self.run.update)
+            self.session.checkpoint(self.run.update, last=True)
         self.progress.close()
         self.session.metrics.log(summary["global_step"], {k: v for k, v in summary.items()
                                                           if isinstance(v, (int, float)) and v is not None},
