@@ -1,4 +1,4 @@
-"""Adam-atan2 against its definition, the LR schedule, optimizer assembly."""
+"""Adam-atan2 against its definition, HRM's lr schedule (the core's, warm-up from 0), optimizer assembly."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from distlab.errors import DistlabError
-from distlab.recipes.hrm.optim import (SparseSignSGD, adam_atan2, build_optimizers, cosine_with_warmup,
-                                       set_lr)
+from distlab.lr_schedule import lr_factor, set_lr
+from distlab.recipes.hrm.optim import SparseSignSGD, adam_atan2, build_optimizers
 
 from .tiny import make_batch, tiny_model
 
@@ -43,6 +43,11 @@ def test_adam_atan2_first_step_is_a_pi_over_4() -> None:
     assert p.detach().tolist() == pytest.approx([1 - step, 1 - step, 1 + step], abs=1e-6)
 
 
+def cosine_with_warmup(step: int, base_lr: float, warmup_steps: int, total_steps: int, min_ratio: float = 0.0) -> float:
+    """HRM's schedule as the recipe asks the core for it."""
+    return base_lr * lr_factor(step, warmup_steps, total_steps, "cosine", min_ratio, warmup_from_zero=True)
+
+
 def test_cosine_with_warmup_values() -> None:
     base = 2e-3
     assert cosine_with_warmup(0, base, 10, 110) == 0.0
@@ -64,7 +69,7 @@ def test_build_optimizers_gives_separate_puzzle_lr_and_decay() -> None:
     assert dense.param_groups[0]["weight_decay"] == 0.05
     assert sum(p.numel() for p in dense.param_groups[0]["params"]) == \
         sum(p.numel() for p in model.parameters())
-    lrs = set_lr([dense, sparse], step=5, warmup_steps=10, total_steps=100)
+    lrs = set_lr([dense, sparse], step=5, warmup_steps=10, total_steps=100, warmup_from_zero=True)
     assert lrs == pytest.approx([5e-4, 0.25])
 
     batch = make_batch()

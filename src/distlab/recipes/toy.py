@@ -7,7 +7,6 @@ why the core's tests and ``distlab bench`` use it.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from torch import nn
 from distlab.config import BaseConfig
 from distlab.dist import module_checksum
 from distlab.errors import DistlabError
+from distlab.lr_schedule import set_lr
 from distlab.optim_state import adamw
 from distlab.profiling import phase
 from distlab.recipe import Recipe
@@ -98,13 +98,6 @@ def flops_per_example(cfg: ToyConfig) -> float:
     return 3 * (2 * matmul_params * t + attention)
 
 
-def lr_at(step: int, cfg: ToyConfig) -> float:
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-
-
 def _loss_sums(model: nn.Module, seqs: torch.Tensor, mask: torch.Tensor | None = None):
     logits = model(seqs[:, :-1])
     target = seqs[:, 1:]
@@ -159,6 +152,8 @@ def train(cfg: ToyConfig, session) -> dict:
     session.track_model("model", model, [opt])
     session.track("sampler", sampler)
     step = session.restore()
+    for g in opt.param_groups:  # from cfg.lr on every start (scale.lr may differ), not the checkpoint's
+        g["base_lr"] = cfg.lr
     steps = cfg.steps  # end_step may lower it (run.time_limit_s); the config keeps what was asked
     progress, meter = session.progress(steps, step), session.throughput()
     flops = flops_per_example(cfg)
@@ -166,8 +161,7 @@ def train(cfg: ToyConfig, session) -> dict:
     while step < steps:
         if cfg.step_delay_s:
             time.sleep(cfg.step_delay_s)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
+        lr = set_lr([opt], step, cfg.warmup_steps, cfg.steps, "cosine", min_ratio=0.1)[0]  # warm-up, cosine to 10%
         idx = sampler.next()
         sums = {"loss": 0.0, "correct": 0.0, "tokens": 0.0}
         fed: list[int] = []  # the example ids in the order the micro-batches consumed them
@@ -193,7 +187,7 @@ def train(cfg: ToyConfig, session) -> dict:
         session.profile_step()
         tot = rt.reduce_sums(sums)
         last = {"loss": tot["loss"] / tot["tokens"], "token_accuracy": tot["correct"] / tot["tokens"],
-                "grad_norm": gnorm, "lr": lr_at(step - 1, cfg)}
+                "grad_norm": gnorm, "lr": lr}
         meter.add(len(idx) * rt.world_size, global_tokens, flops * cfg.global_batch_size)
         if step % cfg.log.every == 0 or step == steps:
             session.metrics.log(step, {**last, **meter.report(), "epoch": sampler.epoch})

@@ -1,4 +1,4 @@
-"""Optimizers and learning-rate schedule for the HRM/TRM recipes.
+"""Optimizers for the HRM/TRM recipes (the lr schedule is the core's :mod:`distlab.lr_schedule`).
 
 * Dense weights: Adam-atan2 (Everett et al. 2024), which replaces Adam's ``m / (sqrt(v) + eps)``
   by ``a * atan2(m, b * sqrt(v))``: bounded, scale invariant and free of the eps hyper-parameter.
@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import torch
@@ -24,26 +23,6 @@ from distlab.optim_state import adamw
 from .models.puzzle_emb import SparsePuzzleEmbedding
 
 OPTIMIZERS = ("adam_atan2", "adamw")
-
-
-def cosine_with_warmup(step: int, base_lr: float, warmup_steps: int, total_steps: int,
-                       min_ratio: float = 0.0) -> float:
-    """Linear warm-up to ``base_lr``, then half a cosine down to ``min_ratio * base_lr`` at ``total_steps``."""
-    if step < warmup_steps:
-        return base_lr * step / max(1, warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return base_lr * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def set_lr(optimizers: Iterable[torch.optim.Optimizer], step: int, warmup_steps: int, total_steps: int,
-           min_ratio: float = 0.0) -> list[float]:
-    """Apply the schedule to every param group from its own ``base_lr``; returns the new LRs."""
-    lrs = []
-    for opt in optimizers:
-        for group in opt.param_groups:
-            group["lr"] = cosine_with_warmup(step, group["base_lr"], warmup_steps, total_steps, min_ratio)
-            lrs.append(group["lr"])
-    return lrs
 
 
 def adam_atan2(params: Iterable[nn.Parameter], lr: float, weight_decay: float,
@@ -63,7 +42,7 @@ def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float 
                      rt: Runtime | None = None) -> list[torch.optim.Optimizer]:
     """Dense optimizer for the parameters plus, when the model has puzzle embeddings, SparseSignSGD.
 
-    Every param group records ``base_lr`` for :func:`set_lr`. ``model`` may be DDP/compile wrapped.
+    Every param group records ``base_lr`` for :func:`distlab.lr_schedule.set_lr`. ``model`` may be DDP/compile wrapped.
     ``state_dtype`` (``optim.state_dtype``) applies to AdamW, built by the core's
     :func:`distlab.optim_state.adamw`; Adam-atan2 keeps fp32 moments (its package has no other).
     ``rt`` is the runtime the sparse update gathers rows over (see :class:`SparseSignSGD`).

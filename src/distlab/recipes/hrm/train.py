@@ -19,6 +19,7 @@ import numpy as np
 from distlab.atomic import exclusive_lock
 from distlab.checkpoint import Box
 from distlab.errors import DistlabError
+from distlab.lr_schedule import set_lr
 from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.config import HRMConfig
 from distlab.recipes.hrm.data.format import PuzzleSplit, load_split
@@ -27,7 +28,7 @@ from distlab.recipes.hrm.flops import flops_per_example
 from distlab.recipes.hrm.models import fused_mixer
 from distlab.recipes.hrm.models.build import build_model
 from distlab.recipes.hrm.models.ema import EMA
-from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers, set_lr
+from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers
 from distlab.profiling import phase
 from distlab.sampler import GlobalBatchSampler
 from distlab.wrap import clip_grad_norm, unwrap
@@ -135,7 +136,8 @@ def train(cfg: HRMConfig, session) -> dict:
                 window[k] = window.get(k, 0) + (v.detach() if hasattr(v, "detach") else v)
         with phase("optimizer"):
             gnorm = clip_grad_norm(model, cfg.clip_grad) if cfg.clip_grad > 0 else None
-            lrs = set_lr(opts, step, cfg.lr_warmup_steps, steps, cfg.lr_min_ratio)
+            # HRM's pretrain.py: warm-up from 0 at step 0, then cosine to lr_min_ratio over the (possibly lowered) steps
+            lrs = set_lr(opts, step, cfg.lr_warmup_steps, steps, "cosine", cfg.lr_min_ratio, warmup_from_zero=True)
             for opt in opts:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
