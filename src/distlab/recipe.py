@@ -79,6 +79,9 @@ class Recipe:
     # Which of the optional core settings (distlab.config.OPTIONAL_CORE_KEYS) this recipe acts on; the
     # others are refused at preflight instead of silently ignored. None: not declared, nothing is refused.
     supports: frozenset[str] | None = None
+    # Leaf names of the recipe's numeric keys that count or scale something (steps, lr, d_model, ...): 0 or less
+    # is refused where the default is positive. The core checks its own keys (distlab.config.POSITIVE_KEYS) too.
+    positive_keys: frozenset[str] = frozenset()
 
 
 def _targets() -> dict[str, str]:

@@ -172,4 +172,6 @@ def model_spec(cfg: MultiToyConfig) -> list[ModelSpec]:
 
 RECIPE = Recipe(name="multitoy", config=MultiToyConfig, train=train, batch_keys=("global_batch_size",),
                 lr_keys=("lr",), model_spec=model_spec, report_metrics=("pi_loss", "v_loss"),
-                supports=frozenset({"dist.wrap", "dist.compile"}))
+                supports=frozenset({"dist.wrap", "dist.compile"}),
+                positive_keys=frozenset({"steps", "lr", "critic_lr", "global_batch_size", "num_examples", "dim",
+                                         "actions"}))

@@ -238,4 +238,6 @@ RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_b
                 supports=frozenset({"dist.grad_accum", "dist.wrap", "dist.compile", "dist.compile_mode",
                                     "log.profile_steps",
                                     "dist.activation_checkpointing", "dist.comm_hook", "dist.auto_micro_batch",
-                                    "optim.state_dtype"}))
+                                    "optim.state_dtype"}),
+                positive_keys=frozenset({"steps", "lr", "global_batch_size", "num_examples", "seq_len", "vocab",
+                                         "d_model", "n_layers", "n_heads"}))

@@ -113,4 +113,6 @@ RECIPE = Recipe(name="hrm", config=HRMConfig, train=train, presets_dir=PRESETS,
                 supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile",
                                     "dist.compile_mode", "dist.grad_accum",
                                     "log.profile_steps", "dist.activation_checkpointing", "dist.comm_hook",
-                                    "dist.auto_micro_batch", "optim.state_dtype"}))
+                                    "dist.auto_micro_batch", "optim.state_dtype"}),
+                positive_keys=frozenset({"steps", "epochs", "lr", "global_batch_size", "hidden_size", "train_size",
+                                         "test_size", "workers"}))

@@ -110,5 +110,7 @@ def validate(cfg: PPORecipeConfig, world_size: int) -> None:
 RECIPE = Recipe(name="ppo", config=PPORecipeConfig, train=train, lr_keys=("lr",), validate=validate,
                 register_commands=register_commands, report_metrics=("mean_return_100", "solved_at_step"),
                 percent_metrics=(), steps_key="total_timesteps", supports=frozenset(),
+                positive_keys=frozenset({"lr", "total_timesteps", "num_envs", "num_steps", "num_minibatches",
+                                         "update_epochs", "hidden_size"}),
                 aliases={"--num_episodes": "num_episodes", "--batch_size": "num_steps", "--num-episodes": "num_episodes",
                          "--batch-size": "num_steps"})
