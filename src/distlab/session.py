@@ -234,9 +234,6 @@ class Session:
         self.checkpoint(step, last=stop or step == steps)
         return stop, steps
 
-    def stop_requested(self, step: int) -> bool:
-        return self.stop_check(step)[0]
-
     # -- end --------------------------------------------------------------------------------
     def profile_step(self) -> None:
         """Once per training step: records ``log.profile_steps`` steps into ``<run>/profile/`` (rank 0)."""
