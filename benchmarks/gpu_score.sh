@@ -13,8 +13,8 @@ BASE="model.source=$GGUF model.prompt_mode=chat task.mbpp_dir=.data/mbpp task.tr
  log.progress=false prompts_per_step=8 num_generations=4 micro_batch_size=16 sampling.max_completion_length=192
  beta1=0.01 lr=1e-6 guidance=none"
 PLACE="$BASE advantage=critic steps=4 evaluation.before=false task.eval_size=8 sampling.backend=hf"
-for p in "all-gpu:" "reference-cpu:placement.reference=cpu" "reference-offload:placement.reference=offload" \
-         "target-critic-cpu:placement.target_critic=cpu"; do
+for p in "all-gpu:" "reference-cpu:models.reference.placement=cpu" "reference-offload:models.reference.placement=offload" \
+         "target-critic-cpu:models.target_critic.placement=cpu"; do
   name=${p%%:*}; extra=${p#*:}
   timeout ${PLACE_CAP:-110} python3 -m distlab.cli train score $PLACE $extra run.name=place-$name --gpus 1 2>&1 | grep -E "error|Error" | tail -3
   cp runs/place-$name/metrics.jsonl $OUT/place-$name.jsonl 2>/dev/null

@@ -201,6 +201,7 @@ def find_preset(name: str, presets_dir: Path | None) -> Path:
 def compose(cls: type, presets: list[Path] = (), overrides: list[str] = ()) -> DictConfig:
     """Schema <- presets (in order) <- ``key=value`` overrides, each validated against the schema."""
     cfg = OmegaConf.structured(cls)
+    placed = "models" in {f.name for f in fields(cls)}
     for p in presets:
         try:
             data = OmegaConf.load(p)
@@ -209,6 +210,8 @@ def compose(cls: type, presets: list[Path] = (), overrides: list[str] = ()) -> D
         if not isinstance(data, DictConfig):
             raise DistlabError(f"config file {p} holds a {type(data).__name__.replace('Config', '').lower()}, not a "
                                f"mapping; write it as key: value lines (e.g. steps: 100)")
+        if placed:
+            data = _placement_into_models(data)
         try:
             cfg = OmegaConf.merge(cfg, data)
         except OmegaConfBaseException as exc:
@@ -216,12 +219,32 @@ def compose(cls: type, presets: list[Path] = (), overrides: list[str] = ()) -> D
     for item in overrides:
         if "=" not in item:
             raise DistlabError(f"override '{item}' is not key=value (example: lr=1e-4 arch.H_cycles=4)")
+        if placed:
+            item = _PLACEMENT_KEY.sub(r"models.\1.placement=", item, count=1)
         _check_boolean(cfg, item)
         try:
             cfg.merge_with(OmegaConf.from_dotlist([item]))
         except OmegaConfBaseException as exc:
             raise _override_error(exc, item, cls) from None
     return cfg
+
+
+# ``placement.<model>=<spec>``, a second dict before placement became a field of each model's settings
+_PLACEMENT_KEY = re.compile(r"^\s*placement\.([^.=\s]+)\s*=")
+
+
+def _placement_into_models(data: DictConfig) -> DictConfig:
+    """A config file's ``placement: {model: spec}`` block, the spelling of earlier versions, as
+    ``models: {model: {placement: spec}}``."""
+    if "placement" not in data:
+        return data
+    data = data.copy()
+    moved = data.pop("placement")
+    if not isinstance(moved, DictConfig):
+        raise DistlabError(f"placement: holds {moved!r}; write models.<name>.placement: device|cpu|offload|cuda:N")
+    for name, spec in moved.items():
+        OmegaConf.update(data, f"models.{name}.placement", spec, merge=True)
+    return data
 
 
 BOOL_WORDS = ("true", "false", "yes", "no", "on", "off")
@@ -329,12 +352,6 @@ POSITIVE_KEYS = frozenset({
     "every", "grad_accum", "base_world_size", "timeout_s", "keep_last", "devices_per_rank", "bucket_mb",
     "profile_wait", "powersgd_rank",
 })
-# TEMPORARY, to be deleted by the GRPO/SCoRe rewrite: the keys of the grpo and score recipes (and their shared
-# LM settings), checked for every recipe until those two declare them in their own Recipe.positive_keys.
-_LM_KEYS_PENDING_MOVE = frozenset({
-    "steps", "lr", "sft_lr", "critic_lr", "prompts_per_step", "num_generations", "num_iterations", "micro_batch_size",
-    "logprob_chunk", "train_size", "workers",
-})
 DIST_BACKENDS = ("auto", "nccl", "gloo")
 DIST_DEVICES = ("auto", "cpu", "cuda")
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
@@ -369,7 +386,7 @@ def check_values(recipe: Any, cfg: Any) -> None:
         schema = recipe.config()
     except TypeError:  # a schema with required fields: only the rules that need no default apply
         schema = None
-    positive = POSITIVE_KEYS | getattr(recipe, "positive_keys", frozenset()) | _LM_KEYS_PENDING_MOVE
+    positive = POSITIVE_KEYS | getattr(recipe, "positive_keys", frozenset())
     for key, value in _numbers(cfg):
         default = _get(schema, key) if schema is not None else None
         if isinstance(value, float) and not math.isfinite(value):

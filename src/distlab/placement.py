@@ -1,4 +1,6 @@
-"""Several named models per run, each on its own device: ``placement.<model>=device|cuda:N|cpu|offload``.
+"""Several named models per run, each on its own device: ``models.<model>.placement=device|cuda:N|cpu|offload``.
+
+(``placement.<model>=...``, the spelling of earlier versions, still works: the config composer rewrites it.)
 
 A rank owns ``dist.devices_per_rank`` GPUs; ``cuda:N`` names the N-th of *its* devices, so one process
 driving two GPUs and N data-parallel ranks each holding every model are one code path. ``device`` is the
@@ -34,6 +36,7 @@ class ModelSettings:
     wrap: Wrap = Wrap.ddp
     dtype: str = "fp32"  # fp32 | bf16 | fp16: the parameters' dtype (autocast is dist.precision)
     compile: bool = False
+    placement: str = "device"  # device | cuda:N | cpu | offload: where it lives and computes
 
 
 def parse_placement(name: str, spec: str) -> tuple[str, int]:
@@ -45,7 +48,7 @@ def parse_placement(name: str, spec: str) -> tuple[str, int]:
         return "cuda", int(s[5:])
     if s == "cuda":
         return "cuda", 0
-    raise DistlabError(f"placement.{name}={spec!r} is not one of device, cpu, offload, cuda:N "
+    raise DistlabError(f"models.{name}.placement={spec!r} is not one of device, cpu, offload, cuda:N "
                        f"(N counts the rank's own GPUs, 0..dist.devices_per_rank-1)")
 
 
@@ -56,19 +59,19 @@ def validate_placement(placement: dict[str, str], models: Iterable[str], dist_cf
     for name, spec in placement.items():
         if name not in known:
             hint = near_matches(name, known)
-            raise DistlabError(f"placement.{name}: this recipe has no model {name!r}; its models are "
+            raise DistlabError(f"models.{name}: this recipe has no model {name!r}; its models are "
                                f"{', '.join(known)}" + (f" (did you mean {hint[0]}?)" if hint else ""))
         kind, index = parse_placement(name, spec)
         k = dist_cfg.devices_per_rank
         on_cpu_run = dist_cfg.device == "cpu" or gpus_per_node == 0
         if kind == "cuda" and on_cpu_run:
-            raise DistlabError(f"placement.{name}={spec} but this run has no GPU; use placement.{name}=cpu or device, "
-                               f"or start with --gpus N")
+            raise DistlabError(f"models.{name}.placement={spec} but this run has no GPU; use "
+                               f"models.{name}.placement=cpu or device, or start with --gpus N")
         if kind == "cuda" and index >= k:
-            raise DistlabError(f"placement.{name}={spec} but each rank has dist.devices_per_rank={k} GPU(s) "
+            raise DistlabError(f"models.{name}.placement={spec} but each rank has dist.devices_per_rank={k} GPU(s) "
                                f"(cuda:0..cuda:{k - 1}); raise dist.devices_per_rank or use a lower index")
         if kind == "offload" and name not in frozen:
-            raise DistlabError(f"placement.{name}=offload streams weights per use and needs a frozen model; "
+            raise DistlabError(f"models.{name}.placement=offload streams weights per use and needs a frozen model; "
                                f"{name} is trained here: use cpu, device or cuda:N")
     if dist_cfg.devices_per_rank < 1:
         raise DistlabError(f"dist.devices_per_rank={dist_cfg.devices_per_rank} must be 1 or more")
@@ -87,32 +90,42 @@ def device_for(name: str, spec: str, rt: Runtime) -> torch.device:
     if kind in ("device", "offload"):
         return rt.device
     if rt.device.type != "cuda":
-        raise DistlabError(f"placement.{name}={spec} but this rank runs on the CPU; use cpu or device")
+        raise DistlabError(f"models.{name}.placement={spec} but this rank runs on the CPU; use cpu or device")
     devices = rt.devices or [rt.device]
     if index >= len(devices):
-        raise DistlabError(f"placement.{name}={spec} but this rank has {len(devices)} GPU(s); raise "
+        raise DistlabError(f"models.{name}.placement={spec} but this rank has {len(devices)} GPU(s); raise "
                            f"dist.devices_per_rank")
     return devices[index]
 
 
 def check_config(cfg, procs_per_node: int, gpus_per_node: int | None) -> None:
-    """Validate a recipe config's ``placement`` against its ``models`` (configs without them pass)."""
+    """Validate every ``models.<name>.placement`` of a recipe config (configs without ``models`` pass)."""
     models = getattr(cfg, "models", None)
-    placement = getattr(cfg, "placement", None)
-    if models is None or placement is None:
+    if models is None:
         if cfg.dist.devices_per_rank != 1:
             raise DistlabError(f"dist.devices_per_rank={cfg.dist.devices_per_rank} needs a recipe with several "
                                f"placed models; this one has a single model: use dist.devices_per_rank=1")
         return
     frozen = [n for n, m in models.items() if not m.trainable]
-    validate_placement(dict(placement), list(models), cfg.dist, gpus_per_node, procs_per_node, frozen)
+    placement = {n: m.placement for n, m in models.items()}
+    validate_placement(placement, _recipe_models(cfg), cfg.dist, gpus_per_node, procs_per_node, frozen)
 
 
-def place(name: str, model: nn.Module, spec: str, settings: ModelSettings, rt: Runtime, dist_cfg: DistConfig,
+def _recipe_models(cfg) -> list[str]:
+    """The model names the recipe's schema declares: ``models.<typo>.placement=cpu`` adds an entry to the
+    dict instead of failing to merge, so the names are checked against the schema's defaults."""
+    try:
+        return list(type(cfg)().models)
+    except TypeError:  # a schema with required fields
+        return list(cfg.models)
+
+
+def place(name: str, model: nn.Module, settings: ModelSettings, rt: Runtime, dist_cfg: DistConfig,
           shard_modules: Sequence[nn.Module] | None = None) -> nn.Module:
-    """Move, cast, freeze or wrap one model as its placement and settings say."""
+    """Move, cast, freeze or wrap one model as its settings (placement among them) say."""
     from distlab.wrap import compiled, wrap_model
 
+    spec = settings.placement
     if settings.dtype not in DTYPES:
         raise DistlabError(f"models.{name}.dtype={settings.dtype!r} is not one of {', '.join(DTYPES)}")
     model = model.to(DTYPES[settings.dtype])

@@ -42,13 +42,13 @@ def test_schedule_errors(spec, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["guidance=trained", "placement.guidance=offload"], "placement.guidance=offload streams weights per use"),
+    (["guidance=trained", "placement.guidance=offload"], "guidance.placement=offload streams weights per use"),
     (["models.reference.trainable=true"], "the KL anchor must not move"),
     (["models.target_critic.trainable=true"], "soft updates"),
     (["models.critic.trainable=false"], "models.critic.trainable=false"),
     (["guidance=frozen", "models.guidance.trainable=true"], "set guidance=trained"),
     (["hint_sees_execution=true"], "guidance=none loads none"),
-    (["guidance=sometimes"], "guidance='sometimes' is not one of"),
+    (["guidance=sometimes"], r"expected one of \[none, frozen, trained\]"),
     (["stage_schedule=II:3,I:x"], "step count"),
     (["num_generations=1"], "2 or more"),
     (["prompts_per_step=3"], "does not split over 2 ranks"),
@@ -80,7 +80,7 @@ def test_seed_placement_map_is_expressible_and_checked():
     check(cfg, 1)
     with pytest.raises(DistlabError, match="need 4 GPUs but 2 are visible"):
         check_config(cfg, procs_per_node=2, gpus_per_node=2)
-    with pytest.raises(DistlabError, match=r"placement.guidance=cuda:1 but each rank has dist.devices_per_rank=1"):
+    with pytest.raises(DistlabError, match=r"models.guidance.placement=cuda:1 but each rank has dist.devices_per_rank=1"):
         check_config(cfg_of(*SEED_MAP[:-1], "dist.device=cuda"), procs_per_node=1, gpus_per_node=2)
     with pytest.raises(DistlabError, match="this run has no GPU"):
         check_config(cfg_of(*SEED_MAP, "dist.device=cpu"), procs_per_node=1, gpus_per_node=0)

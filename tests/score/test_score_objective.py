@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from distlab.recipes.grpo.loss import GlobalNorm
+from distlab.recipes.lm.pg_loss import GlobalNorm
 from distlab.recipes.lm.stops import Completion
 from distlab.recipes.lm.tasks import synthetic_tasks, text_prompt
 from distlab.recipes.lm.tiny_model import byte_tokenizer
@@ -118,7 +118,7 @@ def test_guidance_reward_is_improvement_less_penalties():
 def test_turn_two_prompt_roles_cover_exactly_the_hint_and_the_instruction(mode):
     tok = byte_tokenizer()
     task = synthetic_tasks(1, seed=0)[0]
-    from distlab.recipes.lm.build import prompt_text
+    from distlab.recipes.lm.prompting import prompt_text
 
     prompt1 = prompt_text(task, tok, mode, [])
     p_ids = encode(tok, prompt1)

@@ -25,13 +25,9 @@ from distlab.sampler import GlobalBatchSampler, check_divisible
 from distlab.wrap import unwrap
 
 
-def _default_placement() -> dict[str, str]:
-    return {"policy": "device", "reference": "cpu", "critic": "device", "target_critic": "cpu"}
-
-
 def _default_models() -> dict[str, ModelSettings]:
-    return {"policy": ModelSettings(), "reference": ModelSettings(trainable=False),
-            "critic": ModelSettings(), "target_critic": ModelSettings(trainable=False)}
+    return {"policy": ModelSettings(), "reference": ModelSettings(trainable=False, placement="cpu"),
+            "critic": ModelSettings(), "target_critic": ModelSettings(trainable=False, placement="cpu")}
 
 
 @dataclass
@@ -47,7 +43,6 @@ class MultiToyConfig(BaseConfig):
     tau: float = 0.1  # target critic soft-update rate
     gamma: float = 0.9
     ema_decay: float = 0.9
-    placement: dict[str, str] = field(default_factory=_default_placement)
     models: dict[str, ModelSettings] = field(default_factory=_default_models)
 
 
@@ -105,7 +100,7 @@ def train(cfg: MultiToyConfig, session) -> dict:
     target = copy.deepcopy(base_critic)
     if cfg.dist.verify_init:
         rt.verify_identical(base_policy, "initial policy")
-    put = {name: (lambda m, n=name: place(n, m, cfg.placement[n], cfg.models[n], rt, cfg.dist))
+    put = {name: (lambda m, n=name: place(n, m, cfg.models[n], rt, cfg.dist))
            for name in cfg.models}
     policy, critic = put["policy"](base_policy), put["critic"](base_critic)
     reference, target = put["reference"](reference), put["target_critic"](target)
@@ -165,7 +160,7 @@ def model_spec(cfg: MultiToyConfig) -> list[ModelSpec]:
     act = 4 * (cfg.dim + 32 + cfg.actions)
     return [ModelSpec(name, per[name], trainable_params=per[name] if s.trainable else 0,
                       activation_bytes_per_example=act, batch_per_device=cfg.global_batch_size,
-                      optimizer="adamw" if s.trainable else "none", placement=cfg.placement.get(name, "device"),
+                      optimizer="adamw" if s.trainable else "none", placement=s.placement,
                       param_dtype_bytes={"fp32": 4, "bf16": 2, "fp16": 2}[s.dtype], wrap=str(getattr(s.wrap, "value", s.wrap)))
             for name, s in cfg.models.items()]
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from distlab.recipes.grpo.config import GRPOConfig
-from distlab.recipes.lm.build import load_placed
-from distlab.recipes.lm.evaluation import evaluate_pass_at_k
-from distlab.recipes.lm.passk import paired_comparison
+from distlab.recipes.lm.models import load_placed
+from distlab.recipes.lm.evaluation import evaluate_pass_at_k, paired_fields
 from distlab.recipes.lm.rewards import RewardScorer
-from distlab.recipes.lm.tasks_for import eval_tasks, train_tasks
+from distlab.recipes.lm.task_sets import eval_tasks, train_tasks
 
 
 def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
@@ -22,17 +22,19 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
     scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
     base, tok = load_placed("policy", cfg, session, cfg.run.seed)
     opt = torch.optim.AdamW([p for p in base.parameters() if p.requires_grad], lr=cfg.lr)
-    before = evaluate_pass_at_k(base, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer, rt, cfg.run.seed + 31)
+    score = partial(evaluate_pass_at_k, base, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer, rt,
+                    cfg.run.seed + 31)
+    before = score()
     session.track_model("policy", base, [opt])
     meta = session.load_checkpoint(ckpt)
-    after = evaluate_pass_at_k(base, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer, rt, cfg.run.seed + 31)
+    after = score()
     scorer.close()
     out = {"step": meta["step"], "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}", **after["metrics"],
            **{f"base_{k}": v for k, v in before["metrics"].items()}}
     if len(tasks) > 1:
-        cmp = paired_comparison([r["greedy"] for r in before["per_problem"]], [r["greedy"] for r in after["per_problem"]])
-        out.update({"delta_pass@1": cmp.diff, "delta_low": cmp.low, "delta_high": cmp.high,
-                    "delta_significant": cmp.significant, "mcnemar_p": cmp.mcnemar_p})
+        out.update(paired_fields([r["greedy"] for r in before["per_problem"]], [r["greedy"] for r in after["per_problem"]],
+                                 {"delta_pass@1": "diff", "delta_low": "low", "delta_high": "high",
+                                  "delta_significant": "significant", "mcnemar_p": "mcnemar_p"}))
     if rt.is_main:
         from distlab.atomic import atomic_write_json
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
-from distlab.recipes.lm.settings import check_checkpointing
 from distlab.recipes.grpo.config import ALIASES, GRPOConfig
+from distlab.recipes.lm.settings import LM_POSITIVE_KEYS
 
 PRESETS = Path(__file__).parent / "presets"
+log = logging.getLogger("distlab")
 
 
 def train(cfg: GRPOConfig, session) -> dict:
@@ -18,15 +20,27 @@ def train(cfg: GRPOConfig, session) -> dict:
     return run(cfg, session)
 
 
+def check(cfg: GRPOConfig, world_size: int) -> None:
+    """Settings that cannot work together, named before any process starts."""
+    from distlab.recipes.lm.checks import check_groups
+
+    check_groups(cfg, world_size)
+    local = cfg.prompts_per_step // world_size * cfg.num_generations
+    micro_steps = -(-local // cfg.micro_batch_size)
+    accum = cfg.dist.grad_accum
+    if accum != 1 and accum != micro_steps:  # 1, the default: as many micro-steps as the completions need
+        raise DistlabError(f"dist.grad_accum={accum} (gradient_accumulation_steps) but each rank has {local} "
+                           f"completions per step in micro-batches of {cfg.micro_batch_size} = {micro_steps} "
+                           f"micro-steps; leave it at 1 or set micro_batch_size={-(-local // accum)}")
+    if cfg.beta == 0 and cfg.models["reference"].placement != "device":
+        log.warning("beta=0: no reference model is loaded, models.reference.placement is unused")
+
+
 def validate(cfg: GRPOConfig, world_size: int) -> None:
-    from distlab.recipes.grpo.train import check
-    from distlab.recipes.lm.model_source import resolve_source
-    from distlab.recipes.lm.tasks_for import check_task_data
+    from distlab.recipes.lm.checks import check_sources
 
     check(cfg, world_size)
-    resolve_source(cfg.model.source)  # a bad source fails here, before any rank loads it
-    check_task_data(cfg.task)  # missing MBPP files too
-    check_checkpointing(cfg)
+    check_sources(cfg)
 
 
 def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
@@ -51,7 +65,7 @@ def register_commands(top, data_subparsers) -> None:  # noqa: ARG001
 RECIPE = Recipe(name="grpo", config=GRPOConfig, train=train, presets_dir=PRESETS, batch_keys=("prompts_per_step",),
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 register_commands=register_commands, aliases=ALIASES,
-                report_metrics=("pass@1", "sampled_pass@1", "reward_mean"),
-                supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile",
+                report_metrics=("pass@1", "sampled_pass@1", "reward_mean"), positive_keys=LM_POSITIVE_KEYS,
+                supports=frozenset({"run.time_limit_s", "dist.grad_accum", "dist.wrap", "dist.compile",
                                     "dist.compile_mode", "dist.activation_checkpointing",
                                     "dist.comm_hook", "optim.state_dtype"}))

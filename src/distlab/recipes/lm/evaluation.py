@@ -1,17 +1,27 @@
-"""Greedy pass@1 and sampled pass@k of a model on a task set, spread over every rank, with intervals."""
+"""Evaluations of LM recipes: greedy pass@1 and sampled pass@k spread over every rank, each run logged and
+written the same way, and paired before/after comparisons on the same problems."""
 
 from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from distlab.recipes.lm.build import gathered, prompt_text, stops_for
+from distlab.atomic import atomic_write_json
+
+from distlab.recipes.lm.models import gathered
 from distlab.recipes.lm.generate import generate
-from distlab.recipes.lm.passk import bootstrap_ci, pass_at_k_summary
+from distlab.recipes.lm.passk import bootstrap_ci, paired_comparison, pass_at_k_summary
+from distlab.recipes.lm.prompting import prompt_text, stops_for
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.settings import EvalConfig, SamplingConfig
 from distlab.recipes.lm.tasks import Task
 from distlab.wrap import unwrap
+
+log = logging.getLogger("distlab")
 
 
 def _scores(model, tok, tasks: list[Task], prompts: list[str], sampling: SamplingConfig, scorer: RewardScorer,
@@ -58,3 +68,22 @@ def evaluate_pass_at_k(model, tok, tasks: list[Task], few_shot: list[Task], samp
             out[f"sampled_{name}"], out[f"sampled_{name}_low"], out[f"sampled_{name}_high"] = (
                 interval.mean, interval.low, interval.high)
     return {"metrics": out, "per_problem": every}
+
+
+def logged_evaluation(session, step: int, split: str, run: Callable[[], dict], describe: Callable[[dict], str]) -> dict:
+    """``run()``'s metrics, timed and logged under ``split``; rank 0 also writes its per-problem rows atomically."""
+    t0 = time.perf_counter()
+    out = run()
+    metrics = {**out["metrics"], "eval_s": time.perf_counter() - t0}
+    session.metrics.log(step, metrics, split=split)
+    if session.rt.is_main:
+        atomic_write_json(session.run_dir / f"{split}_step{step:06d}_problems.json", out["per_problem"])
+        log.info("%s @%d: %s", split, step, describe(metrics))
+    return {"metrics": metrics, "per_problem": out["per_problem"]}
+
+
+def paired_fields(before: list[float], after: list[float], names: dict[str, str]) -> dict:
+    """A paired comparison of per-problem scores, as metrics: ``names`` maps a metric to a field of
+    :class:`~distlab.recipes.lm.passk.PairedComparison` (``diff``, ``low``, ``high``, ``significant``...)."""
+    cmp = paired_comparison(before, after)
+    return {metric: getattr(cmp, attr) for metric, attr in names.items()}

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from distlab.placement import compute_device
 from distlab.recipes.lm.model_parts import unwrap_model
 
 # Architectures that transform logits after the LM head; the chunked head would skip that step.
@@ -142,3 +143,16 @@ def token_logprobs(
             logits_to_keep=0,
         ).logits
     return out[..., 0], (out[..., 1] if with_entropy else None)
+
+
+def logprobs(model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, *, chunk_tokens: int,
+             temperature: float = 1.0, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`token_logprobs` of ``mask``ed tokens for a placed model (wrapped, offloaded or on another device).
+
+    Inputs go to where the model computes (:func:`~distlab.placement.compute_device`), gradients flow
+    as enabled, and temperature 0 (greedy sampling) scores at temperature 1, the distribution a greedy
+    rollout would be trained against.
+    """
+    dev = compute_device(model)
+    return token_logprobs(model, ids.to(dev), attn.to(dev), completion_mask=mask.to(dev), chunk_tokens=chunk_tokens,
+                          temperature=temperature if temperature > 0 else 1.0, with_entropy=entropy)

@@ -68,6 +68,6 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
         specs.append(ModelSpec(name, s["params"], trainable_params=trainable, activation_bytes_per_example=act,
                                batch_per_device=batch, param_dtype_bytes=width,
                                optimizer="adamw" if trainable else "none",
-                               placement=cfg.placement.get(name, "device"),
+                               placement=cfg.models[name].placement,
                                wrap=str(getattr(settings.wrap, "value", settings.wrap))))
     return specs

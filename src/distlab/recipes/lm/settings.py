@@ -1,11 +1,26 @@
-"""Config pieces every LM recipe shares: which model, which tasks, how to sample."""
+"""Config pieces every LM recipe shares: which model, which tasks, how to sample, and the policy-gradient
+settings common to GRPO and SCoRe, stated once in :class:`LMRecipeConfig`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from distlab.choices import Choice
+from distlab.config import BaseConfig
 from distlab.errors import DistlabError
+from distlab.recipes.lm.pg_loss import KLEstimator
+from distlab.recipes.lm.sandbox.config import SandboxConfig
+
+
+class PromptMode(Choice):
+    chat = "chat"  # the tokenizer's chat template
+    text = "text"  # plain completion prompts (base and tiny models)
+
+
+class SamplingBackend(Choice):
+    static = "static"  # our KV-cache sampler
+    hf = "hf"  # transformers' generate
 
 
 @dataclass
@@ -14,7 +29,7 @@ class ModelConfig:
     lora_r: int = 0  # > 0: train LoRA adapters of this rank only (peft)
     lora_alpha: float = 0.0  # 0: 2 x lora_r
     gradient_checkpointing: bool = False
-    prompt_mode: str = "chat"  # chat (the tokenizer's chat template) | text (plain completion prompts)
+    prompt_mode: PromptMode = PromptMode.chat
     attn_implementation: str = "sdpa"
 
 
@@ -38,7 +53,7 @@ class SamplingConfig:
     max_completion_length: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
-    backend: str = "static"  # static (our KV-cache sampler) | hf (transformers' generate)
+    backend: SamplingBackend = SamplingBackend.static
     chunk_prompts: int = 0  # prompts per generate call (0 = all of a rank's at once); scoring overlaps the next
 
 
@@ -49,6 +64,39 @@ class EvalConfig:
     eval_temperature: float = 0.8
     ks: str = "1"  # comma-separated k for pass@k (each <= samples)
     before: bool = True  # score the starting model too, on the same tasks (a paired comparison)
+
+
+# Leaf names of the LM settings that count or scale something: 0 or less is refused before launch (the core's
+# rule for keys whose default is above 0; see ``Recipe.positive_keys``).
+LM_POSITIVE_KEYS = frozenset({
+    "steps", "prompts_per_step", "num_generations", "micro_batch_size", "lr", "num_iterations", "logprob_chunk",
+    "sft_lr", "max_completion_length", "train_size", "eval_size", "workers", "timeout_s", "memory_mb", "max_procs",
+    "max_file_mb", "max_open_files",
+})
+
+
+@dataclass
+class LMRecipeConfig(BaseConfig):
+    """What every policy-gradient LM recipe is set by; a recipe adds its own algorithm's keys and ``models``."""
+
+    steps: int = 100  # rollout steps (alias --training_args.max_steps)
+    prompts_per_step: int = 8  # global: prompts sampled per step, split over ranks (G completions each)
+    num_generations: int = 8  # G: completions per prompt, all on the prompt's rank (the group baseline)
+    micro_batch_size: int = 8  # sequences per forward/backward (alias per_device_train_batch_size)
+    lr: float = 1e-6  # alias --training_args.learning_rate
+    weight_decay: float = 0.0
+    clip_grad: float = 1.0
+    epsilon: float = 0.2  # PPO/GRPO ratio clip
+    num_iterations: int = 1  # policy updates per rollout (mu; the ratio differs from 1 only after the first)
+    kl: KLEstimator = KLEstimator.k3
+    logprob_chunk: int = 1024  # tokens per LM-head chunk when computing log-probs
+    sft_steps: int = 0  # supervised warm-up steps on reference solutions before RL (tiny models only)
+    sft_lr: float = 3e-3
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    evaluation: EvalConfig = field(default_factory=EvalConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
 
 def check_checkpointing(cfg: Any) -> None:

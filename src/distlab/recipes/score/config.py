@@ -9,28 +9,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from distlab.config import BaseConfig
+from distlab.choices import Choice
 from distlab.placement import ModelSettings
-from distlab.recipes.lm.sandbox import SandboxConfig
-from distlab.recipes.lm.settings import EvalConfig, ModelConfig, SamplingConfig, TaskConfig
+from distlab.recipes.lm.settings import LMRecipeConfig
 
-GUIDANCE_MODES = ("none", "frozen", "trained")
-ADVANTAGES = ("mc", "critic")
-SCALE_REWARDS = ("group", "none")
-LOSS_TYPES = ("turn", "token")
-KL_ESTIMATORS = ("k1", "k2", "k3")
+
+class Guidance(Choice):
+    none = "none"  # plain SCoRe
+    frozen = "frozen"
+    trained = "trained"
+
+
+class Advantage(Choice):
+    mc = "mc"  # Monte Carlo turn returns minus the group baseline
+    critic = "critic"  # ArCHer utterance-level twin Q/V
+
+
+class TurnScale(Choice):
+    group = "group"
+    none = "none"
+
+
+class TurnLoss(Choice):
+    turn = "turn"  # mean over (episode, turn) of per-turn token means
+    token = "token"  # mean over every policy token of the step
+
+
 MODEL_NAMES = ("policy", "reference", "guidance", "critic", "target_critic", "value")
 # The instruction of turn 2 says nothing about whether turn 1 was right: the policy must judge that itself.
 DEFAULT_INSTRUCTION = "Review your solution and write a corrected or improved version."
 
 
-def _placement() -> dict[str, str]:
-    return {name: "device" for name in MODEL_NAMES}
-
-
 def _models() -> dict[str, ModelSettings]:
     # guidance's trainability follows the ``guidance`` key (see ``effective_models``); the default
-    # here is the frozen one so that placement.guidance=offload passes the core check for guidance=frozen
+    # here is the frozen one so that models.guidance.placement=offload passes the core check for guidance=frozen
     return {"policy": ModelSettings(), "reference": ModelSettings(trainable=False),
             "guidance": ModelSettings(trainable=False), "critic": ModelSettings(),
             "target_critic": ModelSettings(trainable=False), "value": ModelSettings()}
@@ -41,27 +53,17 @@ def _leak_markers() -> list[str]:
 
 
 @dataclass
-class ScoreConfig(BaseConfig):
-    steps: int = 100  # policy updates; one rollout of prompts_per_step x num_generations episodes each
-    prompts_per_step: int = 8  # global: prompts per step, split over ranks
+class ScoreConfig(LMRecipeConfig):
     num_generations: int = 4  # G: turn-1 samples per prompt, each continued to one turn 2 (mc baseline group)
-    micro_batch_size: int = 8  # episodes per forward/backward
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    clip_grad: float = 1.0
-    epsilon: float = 0.2  # PPO/GRPO ratio clip
-    num_iterations: int = 1  # policy updates per rollout (the ratio differs from 1 only after the first)
-    loss_type: str = "turn"  # turn: mean over (episode, turn) of per-turn token means | token: over all tokens
-    logprob_chunk: int = 1024
+    loss_type: TurnLoss = TurnLoss.turn
     # --- SCoRe objective (arXiv 2409.12917) ---
     stage_schedule: str = "I:10,II:20"  # cycled; a last "II:*" means "stage II until the end" (stage I first)
     beta1: float = 0.01  # KL weight on every turn in stage II and on turn 2 in stage I
     beta2: float | None = None  # stage I KL weight on turn-1 tokens; None = 10 x beta1 (the paper's choice)
     alpha: float = 10.0  # stage II bonus alpha * (r2 - r1), added to turn 2's reward only
-    kl: str = "k3"
     # --- advantages ---
-    advantage: str = "mc"  # mc: critic-free group baseline | critic: ArCHer utterance-level twin Q/V
-    scale_rewards: str = "none"  # mc only: group = divide centred returns by the group's std
+    advantage: Advantage = Advantage.mc
+    scale_rewards: TurnScale = TurnScale.none  # mc only: group = divide centred returns by the group's std
     # turn-level discount of returns and TD targets. 0: each turn is credited with its own reward, so stage I
     # leaves turn 1 to its KL anchor (the paper's "do not change the first attempt") and the bonus reaches
     # turn 2 only. 1: turn 1 is credited with turn 2's shaped reward too, R1 = (1 - alpha) r1 + (1 + alpha) r2,
@@ -72,7 +74,7 @@ class ScoreConfig(BaseConfig):
     critic_updates: int = 1  # critic gradient steps per policy step, on that step's transitions
     tau: float = 0.1  # target critic <- (1 - tau) target + tau critic, after every critic step
     # --- guidance model ---
-    guidance: str = "none"  # none (plain SCoRe) | frozen | trained
+    guidance: Guidance = Guidance.none
     guidance_source: str = ""  # "" = model.source; may be another model (the hint travels as text)
     guidance_prompt_mode: str = ""  # "" = model.prompt_mode
     guidance_lr: float = 1e-6
@@ -88,16 +90,9 @@ class ScoreConfig(BaseConfig):
     instruction: str = DEFAULT_INSTRUCTION
     restate_problem: bool = False  # text mode: repeat the problem after the instruction (small base models)
     # --- warm-up (tiny models) ---
-    sft_steps: int = 0  # supervised warm-up on reference solutions (text mode, tiny models); never on turn 2
-    sft_lr: float = 3e-3
+    # sft_steps (the warm-up, text mode and tiny models) never shows a turn 2
     sft_batch_size: int = 8  # global sequences per warm-up step
     sft_pack: int = 1  # solved problems per warm-up sequence (3 trains the positions a two-turn episode reaches)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    evaluation: EvalConfig = field(default_factory=EvalConfig)
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    placement: dict[str, str] = field(default_factory=_placement)
     models: dict[str, ModelSettings] = field(default_factory=_models)
 
 

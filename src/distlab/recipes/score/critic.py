@@ -23,9 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from distlab.placement import soft_update_
+from distlab.placement import compute_device, soft_update_
 from distlab.recipes.lm.logprobs import position_ids_from_mask
-from distlab.recipes.score.logps import compute_device
 from distlab.wrap import unwrap
 
 

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import torch
 
-from distlab.recipes.lm.build import load_placed
-from distlab.recipes.lm.passk import paired_comparison
+from distlab.recipes.lm.models import load_placed
+from distlab.recipes.lm.evaluation import paired_fields
 from distlab.recipes.lm.tasks import Task
-from distlab.recipes.lm.tasks_for import eval_tasks, train_tasks
+from distlab.recipes.lm.task_sets import eval_tasks, train_tasks
 from distlab.recipes.score import metrics as scm
 from distlab.recipes.score.config import ScoreConfig, guidance_config
 from distlab.recipes.score.episode import leaks_code
-from distlab.recipes.score.rollout import ExecScorer, Players, play
+from distlab.recipes.lm.rewards import RewardScorer
+from distlab.recipes.score.rollout import Players, play
 
 
 def feedback_label(cfg: ScoreConfig) -> str:
@@ -27,7 +28,7 @@ def feedback_label(cfg: ScoreConfig) -> str:
 
 
 def evaluate_self_correction(cfg: ScoreConfig, players: Players, tasks: list[Task], few_shot: list[Task],
-                             scorer: ExecScorer, rt, seed: int) -> dict:
+                             scorer: RewardScorer, rt, seed: int) -> dict:
     """``{"metrics": ..., "per_problem": [...]}`` (metrics identical on every rank)."""
     mine = [tasks[i] for i in range(rt.rank, len(tasks), rt.world_size)]
     # sampling.chunk_prompts bounds the rows per generate call: all 500 MBPP test prompts at once took
@@ -57,7 +58,7 @@ def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
     rt = session.rt
     tasks = eval_tasks(cfg.task)
     few_shot = train_tasks(cfg.task)[: cfg.task.few_shot] if cfg.task.few_shot else []
-    scorer = ExecScorer(cfg.sandbox, cfg.model.prompt_mode)
+    scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
     policy, tok = load_placed("policy", cfg, session, cfg.run.seed)
     guidance = gtok = None
     if cfg.guidance != "none":
@@ -77,11 +78,10 @@ def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
     out = {"step": meta["step"], "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}", "feedback": feedback_label(cfg),
            **after["metrics"], **{f"base_{k}": v for k, v in before["metrics"].items()}}
     if len(tasks) > 1:
-        d_before = [r["r2"] - r["r1"] for r in before["per_problem"]]
-        d_after = [r["r2"] - r["r1"] for r in after["per_problem"]]
-        cmp = paired_comparison(d_before, d_after)
-        out.update({"delta_change": cmp.diff, "delta_change_low": cmp.low, "delta_change_high": cmp.high,
-                    "delta_change_significant": cmp.significant})
+        out.update(paired_fields([r["r2"] - r["r1"] for r in before["per_problem"]],
+                                 [r["r2"] - r["r1"] for r in after["per_problem"]],
+                                 {"delta_change": "diff", "delta_change_low": "low", "delta_change_high": "high",
+                                  "delta_change_significant": "significant"}))
     if rt.is_main:
         from distlab.atomic import atomic_write_json
 

@@ -15,7 +15,7 @@ stage II the bonus reaches turn 2 only. gamma = 1 credits turn 1 with the whole 
 turn advantage and w its KL weight; prompt, hint, instruction and template tokens get no term at all.
 ``turn`` aggregation averages each turn's tokens, then averages over all (episode, turn) segments of
 the step; ``token`` averages over every policy token of the step. Counts are global (all ranks and
-micro-batches, as in ``grpo/loss.py``), so the gradient does not depend on world size or micro-batching.
+micro-batches, as in ``lm/pg_loss.py``), so the gradient does not depend on world size or micro-batching.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from distlab.recipes.grpo.loss import GlobalNorm, clipped_surrogate, group_advantages, kl_penalty, local_counts
+from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
 from distlab.recipes.score.episode import ROLE_Y1, ROLE_Y2
 
 STAT_KEYS = ("objective", "pg_sum", "kl_y1_sum", "kl_y2_sum", "tokens_y1", "tokens_y2", "clip_low", "clip_high",
@@ -97,39 +97,15 @@ def score_policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | 
     whole step (:func:`step_counts`). ``kl_w`` (:func:`kl_weights`) is 0 off the policy's tokens, and
     ``ref_logp`` may be ``None`` only when every weight is 0.
     """
-    if loss_type not in ("turn", "token"):
-        raise ValueError(f"loss_type must be 'turn' or 'token', got {loss_type!r}")
     m1, m2 = turn_masks(roles)
-    keep = m1 | m2
-    if old_logp is None:
-        old_logp = logp.detach()
-    pg, rho, clip_low, clip_high = clipped_surrogate(logp, old_logp, adv_tok, epsilon)
-    kl_tok = None
-    per_token = pg
-    if ref_logp is not None:
-        kl_tok = kl_penalty(logp, ref_logp, kl)
-        per_token = pg + kl_w.to(pg.dtype) * kl_tok
-    elif bool((kl_w != 0).any()):
+    if ref_logp is None and bool((kl_w != 0).any()):
         raise ValueError("a nonzero KL weight needs ref_logp")
-    masked = torch.where(keep, per_token, torch.zeros_like(per_token))
-    if loss_type == "turn":
-        per_turn = [(masked * m).sum(-1) / m.sum(-1).clamp_min(1) for m in (m1, m2)]
-        share = (per_turn[0] + per_turn[1]).sum() / max(norm.num_seqs, 1)
-    else:
-        share = masked.sum() / max(norm.num_tokens, 1)
-    loss = share * world_size
-
-    def tsum(x: Tensor, m: Tensor) -> Tensor:
-        return torch.where(m, x.detach(), torch.zeros((), dtype=x.dtype, device=x.device)).sum().double()
-
-    zero = torch.zeros((), dtype=torch.float64, device=logp.device)
-    stats = {"objective": share.detach().double(), "pg_sum": tsum(pg, keep),
-             "kl_y1_sum": tsum(kl_tok, m1) if kl_tok is not None else zero,
-             "kl_y2_sum": tsum(kl_tok, m2) if kl_tok is not None else zero,
-             "tokens_y1": m1.sum().double(), "tokens_y2": m2.sum().double(),
-             "clip_low": (clip_low & keep).sum().double(), "clip_high": (clip_high & keep).sum().double(),
-             "entropy_sum": tsum(entropy, keep) if entropy is not None else zero, "ratio_sum": tsum(rho, keep)}
-    return loss, stats
+    loss, s = policy_loss(logp, old_logp, ref_logp, adv_tok, [m1, m2], epsilon=epsilon, beta=kl_w, kl=kl,
+                          loss_type=loss_type, norm=norm, world_size=world_size, entropy=entropy)
+    return loss, {"objective": s["objective"], "pg_sum": s["pg_loss_sum"], "kl_y1_sum": s["kl_seg0"],
+                  "kl_y2_sum": s["kl_seg1"], "tokens_y1": s["tokens_seg0"], "tokens_y2": s["tokens_seg1"],
+                  "clip_low": s["clip_low"], "clip_high": s["clip_high"], "entropy_sum": s["entropy_sum"],
+                  "ratio_sum": s["ratio_sum"]}
 
 
 # ------------------------------------------------------------------------------------------ guidance

@@ -7,8 +7,8 @@ RANK and WORLD_SIZE, which the core reads; on a CPU-only machine add ``dist.devi
 since accelerate's ``--cpu`` flag starts a single process). The seed's two-GPU map is::
 
     distlab train score --gpus 2 dist.devices_per_rank=2 guidance=trained advantage=critic \
-        placement.policy=cuda:0 placement.critic=cuda:0 placement.guidance=cuda:1 placement.value=cuda:1 \
-        placement.reference=cpu placement.target_critic=cpu
+        models.policy.placement=cuda:0 models.critic.placement=cuda:0 models.guidance.placement=cuda:1 \
+        models.value.placement=cuda:1 models.reference.placement=cpu models.target_critic.placement=cpu
 
 ``distlab doctor --recipe score <the same overrides>`` estimates memory per device first.
 """
@@ -21,9 +21,8 @@ from pathlib import Path
 
 from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
-from distlab.recipes.lm.settings import check_checkpointing
-from distlab.recipes.score.config import (ADVANTAGES, GUIDANCE_MODES, KL_ESTIMATORS, LOSS_TYPES, MODEL_NAMES,
-                                          SCALE_REWARDS, ScoreConfig, beta2_of, effective_models, guidance_config,
+from distlab.recipes.lm.settings import LM_POSITIVE_KEYS
+from distlab.recipes.score.config import (MODEL_NAMES, ScoreConfig, beta2_of, effective_models, guidance_config,
                                           used_models)
 
 PRESETS = Path(__file__).parent / "presets"
@@ -38,42 +37,16 @@ def train(cfg: ScoreConfig, session) -> dict:
 
 def check(cfg: ScoreConfig, world_size: int) -> None:
     """Settings that cannot work together, named before any process starts."""
+    from distlab.recipes.lm.checks import check_groups
     from distlab.recipes.score.schedule import parse_schedule
 
-    for key, value, allowed in (("guidance", cfg.guidance, GUIDANCE_MODES), ("advantage", cfg.advantage, ADVANTAGES),
-                                ("scale_rewards", cfg.scale_rewards, SCALE_REWARDS),
-                                ("loss_type", cfg.loss_type, LOSS_TYPES), ("kl", cfg.kl, KL_ESTIMATORS),
-                                ("model.prompt_mode", cfg.model.prompt_mode, ("chat", "text")),
-                                ("guidance_prompt_mode", cfg.guidance_prompt_mode, ("", "chat", "text")),
-                                ("sampling.backend", cfg.sampling.backend, ("static", "hf"))):
-        if value not in allowed:
-            shown = ", ".join(repr(a) for a in allowed)
-            raise DistlabError(f"{key}={value!r} is not one of {shown}")
+    if cfg.guidance_prompt_mode not in ("", "chat", "text"):
+        raise DistlabError(f"guidance_prompt_mode={cfg.guidance_prompt_mode!r} is not one of '', 'chat', 'text' "
+                           f"('' = model.prompt_mode)")
     parse_schedule(cfg.stage_schedule)
-    positive = {"steps": cfg.steps, "prompts_per_step": cfg.prompts_per_step, "micro_batch_size": cfg.micro_batch_size,
-                "num_iterations": cfg.num_iterations, "critic_updates": cfg.critic_updates,
-                "critic_hidden": cfg.critic_hidden, "guidance_every": cfg.guidance_every,
-                "hint_max_tokens": cfg.hint_max_tokens, "sft_pack": cfg.sft_pack, "sft_batch_size": cfg.sft_batch_size,
-                "sampling.max_completion_length": cfg.sampling.max_completion_length}
-    for key, value in positive.items():
-        if value < 1:
-            raise DistlabError(f"{key}={value} must be 1 or more")
-    if cfg.num_generations < 2:
-        raise DistlabError(f"num_generations={cfg.num_generations}: the group baseline (and the guidance's) needs "
-                           f"2 or more turn-1 samples per prompt")
-    for key, value in (("lr", cfg.lr), ("critic_lr", cfg.critic_lr), ("guidance_lr", cfg.guidance_lr)):
-        if value <= 0:
-            raise DistlabError(f"{key}={value} must be > 0")
-    for key, value in (("beta1", cfg.beta1), ("beta2", beta2_of(cfg)), ("alpha", cfg.alpha),
-                       ("hint_len_penalty", cfg.hint_len_penalty), ("hint_leak_penalty", cfg.hint_leak_penalty)):
-        if value < 0:
-            raise DistlabError(f"{key}={value} must be >= 0")
-    if not 0 < cfg.epsilon < 1 or not 0 <= cfg.tau <= 1 or not 0 <= cfg.gamma <= 1:
-        raise DistlabError(f"need 0 < epsilon < 1, 0 <= tau <= 1 and 0 <= gamma <= 1 (got epsilon={cfg.epsilon}, "
-                           f"tau={cfg.tau}, gamma={cfg.gamma})")
-    if cfg.prompts_per_step % world_size:
-        raise DistlabError(f"prompts_per_step={cfg.prompts_per_step} does not split over {world_size} ranks; use a "
-                           f"multiple of {world_size}")
+    check_groups(cfg, world_size)
+    if not 0 <= cfg.tau <= 1 or not 0 <= cfg.gamma <= 1:
+        raise DistlabError(f"need 0 <= tau <= 1 and 0 <= gamma <= 1 (got tau={cfg.tau}, gamma={cfg.gamma})")
     check_models(cfg)
     if cfg.hint_sees_execution and cfg.guidance == "none":
         raise DistlabError("hint_sees_execution=true gives the guidance model turn 1's test result, but guidance=none "
@@ -83,15 +56,14 @@ def check(cfg: ScoreConfig, world_size: int) -> None:
                            "model.lora_r=0")
     if cfg.advantage == "critic" and cfg.scale_rewards != "none":
         log.warning("scale_rewards=%s applies to advantage=mc only; the critic's advantages are not rescaled",
-                    cfg.scale_rewards)
+                    cfg.scale_rewards.value)
 
 
 def check_models(cfg: ScoreConfig) -> None:
     """The six models exist, each is trained or frozen as its role needs, and unused ones are said to be unused."""
-    for what, d in (("models", cfg.models), ("placement", cfg.placement)):
-        missing = [n for n in MODEL_NAMES if n not in d]
-        if missing:
-            raise DistlabError(f"{what} lacks {', '.join(missing)}; this recipe's models are {', '.join(MODEL_NAMES)}")
+    missing = [n for n in MODEL_NAMES if n not in cfg.models]
+    if missing:
+        raise DistlabError(f"models lacks {', '.join(missing)}; this recipe's models are {', '.join(MODEL_NAMES)}")
     for name in ("policy", "critic", "value"):
         if not cfg.models[name].trainable:
             raise DistlabError(f"models.{name}.trainable=false: the {name} is what this recipe trains; keep it true")
@@ -102,30 +74,27 @@ def check_models(cfg: ScoreConfig) -> None:
     if cfg.models["guidance"].trainable and cfg.guidance != "trained":
         raise DistlabError(f"models.guidance.trainable=true but guidance={cfg.guidance}: the guidance key decides "
                            f"whether the guidance model trains; set guidance=trained")
-    if cfg.guidance != "none" and cfg.placement["guidance"].strip().lower() == "offload":
+    if cfg.guidance != "none" and cfg.models["guidance"].placement.strip().lower() == "offload":
         if cfg.guidance == "trained":
-            raise DistlabError("placement.guidance=offload streams weights per use and needs a frozen model; "
+            raise DistlabError("models.guidance.placement=offload streams weights per use and needs a frozen model; "
                                "guidance=trained trains it: use cpu, device or cuda:N")
-        raise DistlabError("placement.guidance=offload would copy every layer's weights to the GPU once per generated "
-                           "hint token; use cpu, device or cuda:N (offload suits the reference, which only scores)")
+        raise DistlabError("models.guidance.placement=offload would copy every layer's weights to the GPU once per "
+                           "generated hint token; use cpu, device or cuda:N (offload suits the reference, which "
+                           "only scores)")
     used = used_models(cfg)
     for name in MODEL_NAMES:
-        if name not in used and cfg.placement[name].strip().lower() != "device":
-            log.warning("placement.%s=%s is unused: these options (guidance=%s, advantage=%s, beta1=%s, beta2=%s) load "
-                        "no %s model", name, cfg.placement[name], cfg.guidance, cfg.advantage, cfg.beta1,
+        spec = cfg.models[name].placement
+        if name not in used and spec.strip().lower() != "device":
+            log.warning("models.%s.placement=%s is unused: these options (guidance=%s, advantage=%s, beta1=%s, "
+                        "beta2=%s) load no %s model", name, spec, cfg.guidance.value, cfg.advantage.value, cfg.beta1,
                         beta2_of(cfg), name)
 
 
 def validate(cfg: ScoreConfig, world_size: int) -> None:
-    from distlab.recipes.lm.model_source import resolve_source
-    from distlab.recipes.lm.tasks_for import check_task_data
+    from distlab.recipes.lm.checks import check_sources
 
     check(cfg, world_size)
-    resolve_source(cfg.model.source)  # a bad source fails here, before any rank loads it
-    check_task_data(cfg.task)  # missing MBPP files too
-    check_checkpointing(cfg)
-    if cfg.guidance != "none" and cfg.guidance_source:
-        resolve_source(cfg.guidance_source)
+    check_sources(cfg, cfg.guidance_source if cfg.guidance != "none" else "")
 
 
 def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
@@ -165,7 +134,7 @@ def model_spec(cfg: ScoreConfig) -> list[ModelSpec]:
                                    activation_bytes_per_example=act if trained else 0,
                                    batch_per_device=episodes if trained else 1,
                                    param_dtype_bytes=bytes_of[s.dtype], optimizer="adamw" if trained else "none",
-                                   placement=cfg.placement.get(name, "device"),
+                                   placement=s.placement,
                                    wrap=str(getattr(s.wrap, "value", s.wrap))))
     return specs
 
@@ -173,6 +142,8 @@ def model_spec(cfg: ScoreConfig) -> list[ModelSpec]:
 RECIPE = Recipe(name="score", config=ScoreConfig, train=train, presets_dir=PRESETS, batch_keys=("prompts_per_step",),
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 report_metrics=("acc_t1", "acc_t2", "delta_t1_t2"),
+                positive_keys=LM_POSITIVE_KEYS | {"critic_lr", "guidance_lr", "critic_updates", "critic_hidden",
+                                                  "guidance_every", "hint_max_tokens", "sft_pack", "sft_batch_size"},
                 supports=frozenset({"run.time_limit_s", "dist.wrap", "dist.compile",
                                     "dist.compile_mode", "dist.activation_checkpointing",
                                     "dist.comm_hook", "optim.state_dtype"}))

@@ -13,32 +13,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from distlab.recipes.lm.build import gathered, prompt_text, stops_for
+from distlab.recipes.lm.models import gathered
+from distlab.recipes.lm.prompting import prompt_text, stops_for
 from distlab.recipes.lm.generate import generate, generate_from_ids
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.tasks import Task
-from distlab.recipes.lm.tasks.prompts import build_program
 from distlab.recipes.score.episode import ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, guidance_prompt, turn2_prompt
 from distlab.wrap import unwrap
 
 SEED_HINT, SEED_TURN2, SEED_NO_HINT = 1_000_003, 2_000_003, 3_000_017
-
-
-class ExecScorer(RewardScorer):
-    """``RewardScorer`` that can also say *how* a program failed (for ``hint_sees_execution``)."""
-
-    def submit_detailed(self, task: Task, completion: str) -> Future:
-        """Future of ``(reward, status, stderr tail)``; the reward is the one ``submit`` would give."""
-        return self.pool.submit(self._detailed, task, completion)
-
-    def _detailed(self, task: Task, completion: str) -> tuple[float, str, str]:
-        program = build_program(task, completion, self.mode)
-        if not program:
-            self.counts["no_code"] += 1
-            return 0.0, "no_code", "no Python code was found in the attempt"
-        result = self.sandbox.run(program, task.tests)
-        self.counts[result.status] += 1
-        return (1.0 if result.passed else 0.0), result.status, result.stderr_tail
 
 
 @dataclass
@@ -53,7 +36,7 @@ class Players:
     guide_mode: str = "text"
 
 
-def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer: ExecScorer, *, n: int,
+def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer: RewardScorer, *, n: int,
          temperature: float, hint_temperature: float, seed: int, no_hint: bool) -> list[Episode]:
     """``n`` episodes per task (prompt-major, so a prompt's G episodes are consecutive), rewards filled in."""
     if not tasks:

@@ -8,9 +8,9 @@ Read top to bottom, one step is:
 2. turn rewards for the current stage (stage I: (0, r2); stage II: (r1, r2 + alpha (r2 - r1)));
 3. advantages per turn: ``mc`` = turn returns minus the prompt group's mean; ``critic`` = one or more
    twin-Q/twin-V TD steps on the step's transitions, target critic soft-updated, then min Q - min V;
-4. ``num_iterations`` clipped policy-gradient updates on y1 and y2 tokens only, with per-turn KL
-   weights against the frozen reference (beta2 on y1 in stage I, beta1 elsewhere), normalised by
-   global counts (world-size independent, as GRPO);
+4. ``num_iterations`` clipped policy-gradient updates on y1 and y2 tokens only (``lm/update.py``), with
+   per-turn KL weights against the frozen reference (beta2 on y1 in stage I, beta1 elsewhere),
+   normalised by global counts (world-size independent, as GRPO);
 5. every ``guidance_every`` steps, a policy-gradient step of a trained guidance model on the
    improvement its hints caused (r2 - r1) minus length and code-leak penalties;
 6. log, evaluate, checkpoint (every trainable model and optimizer, the target critic, the schedule
@@ -19,106 +19,101 @@ Read top to bottom, one step is:
 
 from __future__ import annotations
 
-import logging
 import time
-from dataclasses import dataclass
-from typing import Any
+from functools import partial
 
 import torch
-from torch import nn
-
-from distlab.logs import peak_memory
-from distlab.optim_state import adamw
 
 from distlab.checkpoint import Box
 from distlab.dist import module_checksum
-from distlab.placement import place
-from distlab.recipes.grpo.loss import GlobalNorm, group_advantages, local_counts, policy_loss
-from distlab.recipes.grpo.train import rollout_seed
-from distlab.recipes.lm.build import load_placed, sequences
-from distlab.recipes.lm.model_parts import unwrap_model
-from distlab.recipes.lm.tasks_for import eval_tasks, train_tasks
+from distlab.logs import peak_memory
+from distlab.optim_state import adamw
+from distlab.placement import compute_device
+from distlab.recipes.lm.batching import micro_batches, sequences
+from distlab.recipes.lm.evaluation import logged_evaluation, paired_fields
+from distlab.recipes.lm.logprobs import logprobs
+from distlab.recipes.lm.loop import run_steps
+from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
+from distlab.recipes.lm.rewards import RewardScorer
+from distlab.recipes.lm.seeds import rollout_seed
+from distlab.recipes.lm.task_sets import task_split
+from distlab.recipes.lm.update import frozen_logprobs, policy_update
+from distlab.recipes.lm.warmup import supervised_warmup
 from distlab.recipes.score import metrics as scm
-from distlab.recipes.score.config import ScoreConfig, beta2_of, guidance_config, used_models
-from distlab.recipes.score.critic import (Transitions, TwinHead, critic_advantages, critic_step, make_target,
-                                          pooled_features)
+from distlab.recipes.score.config import ScoreConfig, beta2_of
+from distlab.recipes.score.critic import Transitions, critic_advantages, critic_step, pooled_features
 from distlab.recipes.score.episode import Episode, leaks_code, pack
-from distlab.recipes.score.logps import compute_device, logprobs
 from distlab.recipes.score.evaluate import evaluate_self_correction, feedback_label
+from distlab.recipes.score.models import Models, checksums, load_models
 from distlab.recipes.score.objective import (guidance_rewards, kl_weights, known_before_turn2, mc_advantages,
                                              score_policy_loss, step_counts, token_advantages, turn_masks,
                                              turn_rewards, turn_returns)
-from distlab.recipes.score.rollout import ExecScorer, Players, play
+from distlab.recipes.score.rollout import Players, play
 from distlab.recipes.score.schedule import StageSchedule
-from distlab.recipes.score.warmup import packed_warmup
 from distlab.sampler import GlobalBatchSampler
-from distlab.wrap import clip_grad, no_sync, unwrap
-
-log = logging.getLogger("distlab")
+from distlab.wrap import unwrap
 
 
-@dataclass
-class Models:
-    """Every model these options use, placed; the ones they do not use are None and were never loaded."""
-
-    policy: nn.Module
-    tok: Any
-    reference: nn.Module | None = None
-    guidance: nn.Module | None = None
-    gtok: Any = None
-    critic: nn.Module | None = None  # twin Q heads
-    value: nn.Module | None = None  # twin V heads
-    target_critic: nn.ModuleDict | None = None  # {"q", "v"}: followed by soft updates, never by gradients
-
-
-def load_models(cfg: ScoreConfig, session) -> Models:
+def train(cfg: ScoreConfig, session) -> dict:
     rt = session.rt
-    names = used_models(cfg)
-    policy, tok = load_placed("policy", cfg, session, cfg.run.seed)
-    m = Models(policy, tok)
-    if "reference" in names:
-        m.reference = load_placed("reference", cfg, session, cfg.run.seed, lora=False)[0]
-    if "guidance" in names:
-        m.guidance, m.gtok = load_placed("guidance", guidance_config(cfg), session, cfg.run.seed + 1)
-    if "critic" in names:
-        width = unwrap_model(unwrap(policy)).config.hidden_size
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.run.seed + 2)
-            q, v = TwinHead(width, cfg.critic_hidden), TwinHead(width, cfg.critic_hidden)
-        target = make_target(q, v)  # copied before placing: the target starts equal to the critic
-        if cfg.dist.verify_init:
-            rt.verify_identical(q, "initial critic")
-            rt.verify_identical(v, "initial value")
-        m.critic = place("critic", q, cfg.placement["critic"], cfg.models["critic"], rt, cfg.dist)
-        m.value = place("value", v, cfg.placement["value"], cfg.models["value"], rt, cfg.dist)
-        m.target_critic = place("target_critic", target, cfg.placement["target_critic"], cfg.models["target_critic"],
-                                rt, cfg.dist)
-    return m
+    rt.seed_everything(cfg.run.seed)
+    tasks, held_out, few_shot = task_split(cfg.task)
+    m = load_models(cfg, session)
+    opts = _optimizers(cfg, session, m)
+    if m.reference is not None and cfg.sft_steps > 0:
+        session.track("reference", m.reference)  # the warmed-up policy, not rebuildable from the source
+    sampler = GlobalBatchSampler(len(tasks), cfg.prompts_per_step, rt.rank, rt.world_size, cfg.run.seed)
+    schedule = StageSchedule(cfg.stage_schedule)
+    start_eval = Box()  # the starting model's per-problem results, for the paired comparison at the end
+    session.track("sampler", sampler)
+    session.track("schedule", schedule)
+    session.track("start_eval", start_eval)
+    scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
+    players = Players(m.policy, m.tok, cfg.model.prompt_mode, m.guidance, m.gtok,
+                      cfg.guidance_prompt_mode or cfg.model.prompt_mode)
+    step = session.restore()
+    if step == 0 and cfg.sft_steps > 0:
+        supervised_warmup(session, m.policy, m.tok, tasks, steps=cfg.sft_steps, lr=cfg.sft_lr,
+                          per_rank=max(1, cfg.sft_batch_size // rt.world_size), pack=cfg.sft_pack,
+                          seed=cfg.run.seed, chunk_tokens=cfg.logprob_chunk)
+        if m.reference is not None:  # KL is measured from the model RL starts from, not from random weights
+            m.reference.load_state_dict(unwrap(m.policy).state_dict())
+    evaluate = partial(_evaluate, cfg, session, players, held_out, few_shot, scorer)
+    if step == 0 and cfg.evaluation.before:
+        start_eval.value = evaluate(step, "eval_start")
+
+    def one_step(step: int) -> dict:
+        local = [tasks[i] for i in sampler.next()]
+        metrics = score_step(cfg, session, m, opts, players, schedule.stage, local, few_shot, scorer, step)
+        schedule.advance()
+        return metrics
+
+    status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("acc_t1", "acc_t2"))
+    result = {"status": status, "step": step, "train": last, "world_size": rt.world_size,
+              "feedback": feedback_label(cfg), "schedule": schedule.state_dict(),
+              "param_checksum": module_checksum(unwrap(m.policy)), "param_checksums": checksums(m, cfg)}
+    if status == "completed":
+        result["eval"] = _with_comparison(evaluate(step, "eval"), start_eval.value)
+    scorer.close()
+    return result
 
 
-def _dev(model: nn.Module) -> torch.device:
-    return compute_device(model)
-
-
-def _all_reduce(rt, t: torch.Tensor) -> torch.Tensor:
-    """SUM over ranks, returned on the CPU."""
-    if not rt.distributed:
-        return t
-    import torch.distributed as dist
-
-    x = t.to(rt.comm_device)
-    dist.all_reduce(x)
-    return x.cpu()
-
-
-def _logps(model, ids, attn, mask, cfg, grad: bool, temperature: float, entropy: bool = False):
-    with torch.set_grad_enabled(grad):
-        return logprobs(model, ids, attn, mask, chunk_tokens=cfg.logprob_chunk, temperature=temperature,
-                        entropy=entropy)
-
-
-def _micro_batches(n: int, size: int) -> list[slice]:
-    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+def _optimizers(cfg: ScoreConfig, session, m: Models) -> dict[str, torch.optim.Optimizer]:
+    """An optimizer per trained model, each registered with its model for every checkpoint."""
+    opts = {"policy": adamw([p for p in m.policy.parameters() if p.requires_grad], cfg.optim.state_dtype,
+                            lr=cfg.lr, weight_decay=cfg.weight_decay)}
+    session.track_model("policy", m.policy, [opts["policy"]])
+    if cfg.guidance == "trained":
+        opts["guidance"] = adamw([p for p in m.guidance.parameters() if p.requires_grad], cfg.optim.state_dtype,
+                                 lr=cfg.guidance_lr, weight_decay=0.01)
+        session.track_model("guidance", m.guidance, [opts["guidance"]])
+    if m.critic is not None:
+        opts["critic"] = torch.optim.AdamW(m.critic.parameters(), lr=cfg.critic_lr)
+        opts["value"] = torch.optim.AdamW(m.value.parameters(), lr=cfg.critic_lr)
+        session.track_model("critic", m.critic, [opts["critic"]])
+        session.track_model("value", m.value, [opts["value"]])
+        session.track("target_critic", m.target_critic)  # not trained by gradients, but it moves: it is state
+    return opts
 
 
 def _ends(episodes: list[Episode]) -> torch.Tensor:
@@ -132,182 +127,105 @@ def _ends(episodes: list[Episode]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.long)
 
 
-def train(cfg: ScoreConfig, session) -> dict:
+def _advantages(cfg: ScoreConfig, session, m: Models, opts, episodes, ids, attn, stage: str, extra: dict):
+    """Per-episode turn advantages ``(A1, A2)`` for this stage, from Monte Carlo returns or the critic."""
+    r1 = torch.tensor([ep.r1 for ep in episodes], dtype=torch.float32)
+    r2 = torch.tensor([ep.r2 for ep in episodes], dtype=torch.float32)
+    rew1, rew2 = turn_rewards(r1, r2, stage, cfg.alpha)
+    if cfg.advantage == "critic":
+        feats = pooled_features(m.policy, ids, attn, _ends(episodes).to(ids.device), cfg.micro_batch_size)
+        trans = Transitions(feats[:, 0], feats[:, 1], feats[:, 2], feats[:, 3], rew1, rew2)
+        global_rows = 4 * cfg.prompts_per_step * cfg.num_generations
+        for _ in range(cfg.critic_updates):
+            q_sum, v_sum = critic_step(m.critic, m.value, m.target_critic, opts["critic"], opts["value"], trans,
+                                       gamma=cfg.gamma, tau=cfg.tau, global_rows=global_rows,
+                                       world_size=session.rt.world_size)
+        extra.update(critic_q_loss_sum=q_sum, critic_v_loss_sum=v_sum, zero_var_groups=0.0)
+        return critic_advantages(m.critic, m.value, trans)
+    ret1, ret2 = turn_returns(rew1, rew2, cfg.gamma)
+    a1, a2, zero_var = mc_advantages(ret1, ret2, cfg.num_generations, cfg.scale_rewards,
+                                     known2=known_before_turn2(r1, stage, cfg.alpha))
+    extra["zero_var_groups"] = zero_var * (len(episodes) // cfg.num_generations)
+    return a1, a2
+
+
+def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, stage: str, local, few_shot,
+               scorer: RewardScorer, step: int) -> dict:
+    """One SCoRe step on this rank's prompts ``local``; returns the step's metrics (identical on every rank)."""
     rt = session.rt
-    rt.seed_everything(cfg.run.seed)
-    tasks, held_out = train_tasks(cfg.task), eval_tasks(cfg.task)
-    few_shot = tasks[: cfg.task.few_shot]
-    m = load_models(cfg, session)
-    policy, tok = m.policy, m.tok
-    opt = adamw([p for p in policy.parameters() if p.requires_grad], cfg.optim.state_dtype, lr=cfg.lr,
-                weight_decay=cfg.weight_decay)
-    session.track_model("policy", policy, [opt])
-    g_opt = q_opt = v_opt = None
-    if cfg.guidance == "trained":
-        g_opt = adamw([p for p in m.guidance.parameters() if p.requires_grad], cfg.optim.state_dtype,
-                      lr=cfg.guidance_lr, weight_decay=0.01)
-        session.track_model("guidance", m.guidance, [g_opt])
-    if m.critic is not None:
-        q_opt = torch.optim.AdamW(m.critic.parameters(), lr=cfg.critic_lr)
-        v_opt = torch.optim.AdamW(m.value.parameters(), lr=cfg.critic_lr)
-        session.track_model("critic", m.critic, [q_opt])
-        session.track_model("value", m.value, [v_opt])
-        session.track("target_critic", m.target_critic)  # not trained by gradients, but it moves: it is state
-    if m.reference is not None and cfg.sft_steps > 0:
-        session.track("reference", m.reference)  # the warmed-up policy, not rebuildable from the source
-    sampler = GlobalBatchSampler(len(tasks), cfg.prompts_per_step, rt.rank, rt.world_size, cfg.run.seed)
-    schedule = StageSchedule(cfg.stage_schedule)
-    start_eval = Box()  # the starting model's per-problem results, for the paired comparison at the end
-    session.track("sampler", sampler)
-    session.track("schedule", schedule)
-    session.track("start_eval", start_eval)
-    scorer = ExecScorer(cfg.sandbox, cfg.model.prompt_mode)
-    players = Players(policy, tok, cfg.model.prompt_mode, m.guidance, m.gtok,
-                      cfg.guidance_prompt_mode or cfg.model.prompt_mode)
-    step = session.restore()
-    if step == 0 and cfg.sft_steps > 0:
-        packed_warmup(cfg, session, policy, tok, tasks)
-        if m.reference is not None:  # KL is measured from the model RL starts from, not from random weights
-            m.reference.load_state_dict(unwrap(policy).state_dict())
-    if step == 0 and cfg.evaluation.before:
-        start_eval.value = _evaluate(cfg, session, players, held_out, few_shot, scorer, step, "eval_start")
-    progress = session.progress(cfg.steps, step)
-    device = _dev(policy)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    beta2 = beta2_of(cfg)
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
     temp = cfg.sampling.temperature
-    status, last = "completed", {}
-    while step < cfg.steps:
-        stage = schedule.stage
-        times: dict[str, float] = {}
-        t0 = time.perf_counter()
-        local = [tasks[i] for i in sampler.next()]
-        seed = rollout_seed(cfg, step, rt.rank)
-        episodes = play(cfg, players, local, few_shot, scorer, n=cfg.num_generations, temperature=temp,
-                        hint_temperature=cfg.hint_temperature, seed=seed, no_hint=cfg.no_hint_sample)
-        times["rollout_s"] = time.perf_counter() - t0
-        # ALGO LOGIC: turn rewards of this stage, then per-turn advantages
-        r1 = torch.tensor([ep.r1 for ep in episodes], dtype=torch.float32)
-        r2 = torch.tensor([ep.r2 for ep in episodes], dtype=torch.float32)
-        rew1, rew2 = turn_rewards(r1, r2, stage, cfg.alpha)
-        ids, attn, roles = pack([ep.ids for ep in episodes], [ep.roles for ep in episodes], pad, device)
-        t1 = time.perf_counter()
-        extra: dict[str, float] = {}
-        if cfg.advantage == "critic":
-            feats = pooled_features(policy, ids, attn, _ends(episodes).to(device), cfg.micro_batch_size)
-            trans = Transitions(feats[:, 0], feats[:, 1], feats[:, 2], feats[:, 3], rew1, rew2)
-            global_rows = 4 * cfg.prompts_per_step * cfg.num_generations
-            for _ in range(cfg.critic_updates):
-                q_sum, v_sum = critic_step(m.critic, m.value, m.target_critic, q_opt, v_opt, trans, gamma=cfg.gamma,
-                                           tau=cfg.tau, global_rows=global_rows, world_size=rt.world_size)
-            a1, a2 = critic_advantages(m.critic, m.value, trans)
-            extra.update(critic_q_loss_sum=q_sum, critic_v_loss_sum=v_sum, zero_var_groups=0.0)
-        else:
-            ret1, ret2 = turn_returns(rew1, rew2, cfg.gamma)
-            a1, a2, zero_var = mc_advantages(ret1, ret2, cfg.num_generations, cfg.scale_rewards,
-                                             known2=known_before_turn2(r1, stage, cfg.alpha))
-            extra["zero_var_groups"] = zero_var * len(local)
-        extra.update(adv_t1_sum=float(a1.sum()), adv_t2_sum=float(a2.sum()), adv_t1_sq=float((a1 * a1).sum()),
-                     adv_t2_sq=float((a2 * a2).sum()))
-        adv_tok = token_advantages(roles, a1, a2)
-        kl_w = kl_weights(roles, stage, cfg.beta1, beta2)
-        train_mask = turn_masks(roles)[0] | turn_masks(roles)[1]
-        norm = GlobalNorm.from_counts(_all_reduce(rt, step_counts(roles)))
-        times["advantage_s"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        batches = _micro_batches(len(episodes), cfg.micro_batch_size)
-        old, ref = [], []
-        with torch.no_grad():
-            for sl in batches:
-                old.append(_logps(policy, ids[sl], attn[sl], train_mask[sl], cfg, False, temp)[0]
-                           if cfg.num_iterations > 1 else None)
-                ref.append(_logps(m.reference, ids[sl], attn[sl], train_mask[sl], cfg, False, temp)[0].to(device)
-                           if m.reference is not None else None)
-        times["ref_logprobs_s"] = time.perf_counter() - t2
-        t3 = time.perf_counter()
-        sums: dict[str, float] = {}
-        for _ in range(cfg.num_iterations):
-            for k, sl in enumerate(batches):
-                with no_sync(policy, k < len(batches) - 1), session.autocast():
-                    logp, ent = _logps(policy, ids[sl], attn[sl], train_mask[sl], cfg, True, temp, entropy=True)
-                    loss, stats = score_policy_loss(logp, old[k], ref[k], adv_tok[sl], roles[sl], kl_w[sl],
-                                                    epsilon=cfg.epsilon, kl=cfg.kl, loss_type=cfg.loss_type,
-                                                    norm=norm, world_size=rt.world_size, entropy=ent)
-                loss.backward()
-                for key, val in stats.items():
-                    sums[key] = sums.get(key, 0.0) + float(val)
-            gnorm = clip_grad(policy, cfg.clip_grad)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        times["update_s"] = time.perf_counter() - t3
-        if cfg.guidance == "trained" and (step + 1) % cfg.guidance_every == 0:
-            t4 = time.perf_counter()
-            extra.update(_guidance_update(cfg, session, m, g_opt, episodes))
-            times["guidance_s"] = time.perf_counter() - t4
-        schedule.advance()
-        step += 1
-        last = {**_step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, norm), **peak_memory(rt)}
-        if step % cfg.log.every == 0 or step == cfg.steps:
-            session.metrics.log(step, last)
-        progress.update(step, acc_t1=last["acc_t1"], acc_t2=last["acc_t2"])
-        if cfg.evaluation.eval_interval_steps and step % cfg.evaluation.eval_interval_steps == 0 and step < cfg.steps:
-            _evaluate(cfg, session, players, held_out, few_shot, scorer, step, "eval")
-        stop, cfg.steps = session.stop_or_end(step, cfg.steps)
-        session.checkpoint(step, last=stop or step == cfg.steps)
-        if stop:
-            status = "preempted"
-            break
-    progress.close()
-    result = {"status": status, "step": step, "train": last, "world_size": rt.world_size,
-              "feedback": feedback_label(cfg), "schedule": schedule.state_dict(),
-              "param_checksum": module_checksum(unwrap(policy)), "param_checksums": _checksums(m, cfg)}
-    if status == "completed":
-        final = _evaluate(cfg, session, players, held_out, few_shot, scorer, step, "eval")
-        result["eval"] = _with_comparison(final, start_eval.value)
-    scorer.close()
-    return result
+    episodes = play(cfg, players, local, few_shot, scorer, n=cfg.num_generations, temperature=temp,
+                    hint_temperature=cfg.hint_temperature, seed=rollout_seed(cfg.run.seed, step, rt.rank),
+                    no_hint=cfg.no_hint_sample)
+    times["rollout_s"] = time.perf_counter() - t0
+    # ALGO LOGIC: turn rewards of this stage, then per-turn advantages
+    device = compute_device(m.policy)
+    pad = m.tok.pad_token_id if m.tok.pad_token_id is not None else 0
+    ids, attn, roles = pack([ep.ids for ep in episodes], [ep.roles for ep in episodes], pad, device)
+    t1 = time.perf_counter()
+    extra: dict[str, float] = {}
+    a1, a2 = _advantages(cfg, session, m, opts, episodes, ids, attn, stage, extra)
+    extra.update(adv_t1_sum=float(a1.sum()), adv_t2_sum=float(a2.sum()), adv_t1_sq=float((a1 * a1).sum()),
+                 adv_t2_sq=float((a2 * a2).sum()))
+    adv_tok = token_advantages(roles, a1, a2)
+    kl_w = kl_weights(roles, stage, cfg.beta1, beta2_of(cfg))
+    m1, m2 = turn_masks(roles)
+    train_mask = m1 | m2
+    norm = GlobalNorm.from_counts(rt.all_reduce_sum(step_counts(roles)).cpu())
+    times["advantage_s"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    batches = micro_batches(len(episodes), cfg.micro_batch_size)
+    frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=train_mask, slices=batches,
+                     chunk_tokens=cfg.logprob_chunk, temperature=temp, device=device)
+    old = frozen(m.policy if cfg.num_iterations > 1 else None)
+    ref = frozen(m.reference)
+    times["ref_logprobs_s"] = time.perf_counter() - t2
 
+    def micro_loss(k: int):
+        sl = batches[k]
+        logp, ent = logprobs(m.policy, ids[sl], attn[sl], train_mask[sl], chunk_tokens=cfg.logprob_chunk,
+                             temperature=temp, entropy=True)
+        return score_policy_loss(logp, old[k], ref[k], adv_tok[sl], roles[sl], kl_w[sl], epsilon=cfg.epsilon,
+                                 kl=cfg.kl, loss_type=cfg.loss_type, norm=norm, world_size=rt.world_size, entropy=ent)
 
-def _checksums(m: Models, cfg: ScoreConfig) -> dict[str, str]:
-    """A fingerprint of every model that training changes (the resume test compares them one by one)."""
-    out = {"policy": module_checksum(unwrap(m.policy))}
-    if cfg.guidance == "trained":
-        out["guidance"] = module_checksum(unwrap(m.guidance))
-    if m.critic is not None:
-        out.update(critic=module_checksum(unwrap(m.critic)), value=module_checksum(unwrap(m.value)),
-                   target_critic=module_checksum(m.target_critic))
-    return out
+    t3 = time.perf_counter()
+    sums, gnorm = policy_update(session, m.policy, opts["policy"], len(batches), micro_loss,
+                                iterations=cfg.num_iterations, max_grad_norm=cfg.clip_grad)
+    times["update_s"] = time.perf_counter() - t3
+    if cfg.guidance == "trained" and (step + 1) % cfg.guidance_every == 0:
+        t4 = time.perf_counter()
+        extra.update(_guidance_update(cfg, session, m, opts["guidance"], episodes))
+        times["guidance_s"] = time.perf_counter() - t4
+    return {**_step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, norm), **peak_memory(rt)}
 
 
 def _guidance_update(cfg: ScoreConfig, session, m: Models, g_opt, episodes: list[Episode]) -> dict[str, float]:
     """One policy-gradient step of the guidance on r2 - r1 less penalties; group baseline over the G hints."""
     rt = session.rt
-    guidance = m.guidance
-    device = _dev(guidance)
+    device = compute_device(m.guidance)
     pad = m.gtok.pad_token_id if m.gtok.pad_token_id is not None else 0
     hint_tokens = torch.tensor([len(ep.hint.token_ids) for ep in episodes], dtype=torch.float32)
     leaks = torch.tensor([leaks_code(ep.hint_text, cfg.leak_markers) for ep in episodes], dtype=torch.float32)
-    r1 = torch.tensor([ep.r1 for ep in episodes])
-    r2 = torch.tensor([ep.r2 for ep in episodes])
-    g = guidance_rewards(r1, r2, hint_tokens, leaks, max_tokens=cfg.hint_max_tokens, len_penalty=cfg.hint_len_penalty,
+    g = guidance_rewards(torch.tensor([ep.r1 for ep in episodes]), torch.tensor([ep.r2 for ep in episodes]),
+                         hint_tokens, leaks, max_tokens=cfg.hint_max_tokens, len_penalty=cfg.hint_len_penalty,
                          leak_penalty=cfg.hint_leak_penalty)
     adv, _ = group_advantages(g, cfg.num_generations, "none")
     ids, attn, comp = sequences([ep.hint_prompt_ids for ep in episodes], [ep.hint.token_ids for ep in episodes],
                                 pad, device)
-    norm = GlobalNorm.from_counts(_all_reduce(rt, local_counts(comp)))
-    batches = _micro_batches(len(episodes), cfg.micro_batch_size)
-    loss_sum = 0.0
-    for k, sl in enumerate(batches):
-        with no_sync(guidance, k < len(batches) - 1), session.autocast():
-            logp, _ = _logps(guidance, ids[sl], attn[sl], comp[sl], cfg, True, cfg.hint_temperature)
-            loss, stats = policy_loss(logp, None, None, adv[sl].to(device), comp[sl], epsilon=cfg.epsilon,
-                                      loss_type="grpo", norm=norm, world_size=rt.world_size)
-        loss.backward()
-        loss_sum += float(stats["objective"])
-    clip_grad(guidance, cfg.clip_grad)
-    g_opt.step()
-    g_opt.zero_grad(set_to_none=True)
-    return {"guidance_reward_sum": float(g.sum()), "guidance_objective": loss_sum, "guidance_updates": 1.0}
+    norm = GlobalNorm.from_counts(rt.all_reduce_sum(local_counts(comp)).cpu())
+    batches = micro_batches(len(episodes), cfg.micro_batch_size)
+
+    def micro_loss(k: int):
+        sl = batches[k]
+        logp, _ = logprobs(m.guidance, ids[sl], attn[sl], comp[sl], chunk_tokens=cfg.logprob_chunk,
+                           temperature=cfg.hint_temperature)
+        return policy_loss(logp, None, None, adv[sl].to(device), comp[sl], epsilon=cfg.epsilon, loss_type="grpo",
+                           norm=norm, world_size=rt.world_size)
+
+    sums, _ = policy_update(session, m.guidance, g_opt, len(batches), micro_loss, max_grad_norm=cfg.clip_grad)
+    return {"guidance_reward_sum": float(g.sum()), "guidance_objective": sums["objective"], "guidance_updates": 1.0}
 
 
 def _step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, norm: GlobalNorm) -> dict:
@@ -316,7 +234,7 @@ def _step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, n
                                                                 "clip_low", "clip_high", "entropy_sum")},
              **extra, "truncated_y1": float(sum(ep.y1.truncated for ep in episodes)),
              "truncated_y2": float(sum(ep.y2.truncated for ep in episodes)), "groups": float(len(episodes)) /
-             cfg.num_generations, **scorer.take_counts(), **{k: v for k, v in times.items()}}
+             cfg.num_generations, **scorer.take_counts(), **times}
     tot = rt.reduce_sums(local)
     n = max(tot["n"], 1.0)
     tok1, tok2 = max(tot["tokens_y1"], 1.0), max(tot["tokens_y2"], 1.0)
@@ -348,35 +266,30 @@ def _row(ep: Episode, cfg) -> dict:
 
 
 def _evaluate(cfg, session, players, tasks, few_shot, scorer, step: int, split: str) -> dict:
-    rt = session.rt
-    t0 = time.perf_counter()
-    out = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed=cfg.run.seed + 31)
-    metrics = {**out["metrics"], "eval_s": time.perf_counter() - t0}
-    session.metrics.log(step, metrics, split=split)
-    if rt.is_main:
-        from distlab.atomic import atomic_write_json
+    def run() -> dict:
+        return evaluate_self_correction(cfg, players, tasks, few_shot, scorer, session.rt, seed=cfg.run.seed + 31)
 
-        atomic_write_json(session.run_dir / f"{split}_step{step:06d}_problems.json", out["per_problem"])
-        log.info("%s @%d (%s): acc@t1 %.3f  acc@t2 %.3f  delta %+.3f [%.3f, %.3f]  i->c %.3f  c->i %.3f on %d problems",
-                 split, step, feedback_label(cfg), metrics["acc_t1"], metrics["acc_t2"], metrics["delta_t1_t2"],
-                 metrics.get("delta_t1_t2_low", float("nan")), metrics.get("delta_t1_t2_high", float("nan")),
-                 metrics["delta_i_to_c"], metrics["delta_c_to_i"], metrics["n_problems"])
-    return {"metrics": metrics, "per_problem": out["per_problem"]}
+    def describe(m: dict) -> str:
+        return (f"({feedback_label(cfg)}) acc@t1 {m['acc_t1']:.3f}  acc@t2 {m['acc_t2']:.3f}  delta "
+                f"{m['delta_t1_t2']:+.3f} [{m.get('delta_t1_t2_low', float('nan')):.3f}, "
+                f"{m.get('delta_t1_t2_high', float('nan')):.3f}] (McNemar p {m.get('delta_t1_t2_p', float('nan')):.3f})"
+                f"  i->c {m['delta_i_to_c']:.3f}  c->i "
+                f"{m['delta_c_to_i']:.3f} on {m['n_problems']} problems")
+
+    return logged_evaluation(session, step, split, run, describe)
 
 
 def _with_comparison(final: dict, start: dict | None) -> dict:
     """Final metrics plus paired before/after comparisons on the same problems (acc@t2 and delta)."""
-    from distlab.recipes.lm.passk import paired_comparison
-
     metrics = dict(final["metrics"])
     if start and len(start["per_problem"]) == len(final["per_problem"]) > 1:
         for key in ("acc_t1", "acc_t2", "delta_t1_t2"):
             metrics[f"start_{key}"] = start["metrics"][key]
-        before = [r["r2"] - r["r1"] for r in start["per_problem"]]
-        after = [r["r2"] - r["r1"] for r in final["per_problem"]]
-        cmp = paired_comparison(before, after)
-        metrics.update({"delta_change": cmp.diff, "delta_change_low": cmp.low, "delta_change_high": cmp.high,
-                        "delta_change_significant": cmp.significant})
-        cmp2 = paired_comparison([r["r2"] for r in start["per_problem"]], [r["r2"] for r in final["per_problem"]])
-        metrics.update({"acc_t2_change": cmp2.diff, "acc_t2_change_low": cmp2.low, "acc_t2_change_high": cmp2.high})
+        before, after = start["per_problem"], final["per_problem"]
+        metrics.update(paired_fields([r["r2"] - r["r1"] for r in before], [r["r2"] - r["r1"] for r in after],
+                                     {"delta_change": "diff", "delta_change_low": "low", "delta_change_high": "high",
+                                      "delta_change_significant": "significant"}))
+        metrics.update(paired_fields([r["r2"] for r in before], [r["r2"] for r in after],
+                                     {"acc_t2_change": "diff", "acc_t2_change_low": "low",
+                                      "acc_t2_change_high": "high"}))
     return metrics

@@ -1,4 +1,7 @@
-"""The GRPO objective (design note ``llm-recipes.md`` section 4), exact under any data split.
+"""The clipped policy-gradient objective GRPO and SCoRe share (design note ``llm-recipes.md`` section 4).
+
+Exact under any data split; losses and advantage scalings are picked by name from two small registries
+(:data:`LOSS_NORMALISERS`, :data:`ADVANTAGE_SCALES`), so a new variant is one function and one entry.
 
 Pure torch: nothing here talks to ``torch.distributed``. Every normaliser is a *global* count for the
 optimiser step (all ranks, all gradient-accumulation micro-batches), supplied by the caller in a
@@ -34,16 +37,38 @@ a later iteration builds its own :class:`GlobalNorm` from the sequences that ste
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from enum import Enum
 
 import torch
 from torch import Tensor
 
-ScaleRewards = Literal["group", "batch", "none"]
-KLKind = Literal["k1", "k2", "k3"]
-LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
-LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
+from distlab.choices import Choice
+
+
+class SequenceLoss(Choice):
+    """GRPO's aggregations (TRL's ``loss_type`` names); see :func:`policy_loss`."""
+
+    grpo = "grpo"
+    bnpo = "bnpo"
+    dr_grpo = "dr_grpo"
+    dapo = "dapo"
+
+
+class ScaleRewards(Choice):
+    group = "group"
+    batch = "batch"
+    none = "none"
+
+
+class KLEstimator(Choice):
+    k1 = "k1"
+    k2 = "k2"
+    k3 = "k3"
+
+
+LOSS_TYPES: tuple[str, ...] = tuple(x.value for x in SequenceLoss)
 
 # Keys of the stats dict returned by policy_loss, in order; every value is a sum over local tokens
 # or sequences, so stacking them and all-reducing with SUM gives exact global values.
@@ -70,6 +95,29 @@ def std_from_moments(moments: Tensor) -> Tensor:
     return var.clamp_min(0.0).sqrt()  # clamp: cancellation can leave -1e-16 for equal rewards
 
 
+def _value(choice: str | Enum) -> str:
+    return choice.value if isinstance(choice, Enum) else str(choice)
+
+
+def _by_group_std(centred: Tensor, groups: Tensor, batch_std: float | Tensor | None, eps: float) -> Tensor:
+    return centred / (groups.std(dim=1, keepdim=True) + eps)
+
+
+def _by_batch_std(centred: Tensor, groups: Tensor, batch_std: float | Tensor | None, eps: float) -> Tensor:
+    std = groups.reshape(-1).std() if batch_std is None else torch.as_tensor(batch_std, dtype=groups.dtype,
+                                                                            device=groups.device)
+    return centred / (std + eps)
+
+
+def _unscaled(centred: Tensor, groups: Tensor, batch_std: float | Tensor | None, eps: float) -> Tensor:
+    return centred
+
+
+# scale_rewards name -> f(centred [N, G], rewards [N, G], batch std or None, eps) -> advantages [N, G]
+ADVANTAGE_SCALES: dict[str, Callable[..., Tensor]] = {"group": _by_group_std, "batch": _by_batch_std,
+                                                      "none": _unscaled}
+
+
 def group_advantages(rewards: Tensor, group_size: int, scale_rewards: ScaleRewards = "group", eps: float = 1e-4,
                      batch_std: float | Tensor | None = None) -> tuple[Tensor, float]:
     """Group-relative advantages and the fraction of groups whose rewards all agree.
@@ -88,8 +136,9 @@ def group_advantages(rewards: Tensor, group_size: int, scale_rewards: ScaleRewar
     """
     if group_size < 2:
         raise ValueError(f"group_size must be >= 2 (a group of one has no relative signal), got {group_size}")
-    if scale_rewards not in ("group", "batch", "none"):
-        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+    scale = _value(scale_rewards)
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"scale_rewards must be one of {', '.join(ADVANTAGE_SCALES)}, got {scale!r}")
     shape = rewards.shape
     r = rewards if rewards.is_floating_point() else rewards.to(torch.get_default_dtype())
     if r.numel() % group_size:
@@ -99,32 +148,27 @@ def group_advantages(rewards: Tensor, group_size: int, scale_rewards: ScaleRewar
     g = r.detach().reshape(-1, group_size)
     centred = g - g.mean(dim=1, keepdim=True)
     zero_var = g.amax(dim=1) == g.amin(dim=1)  # exact test; a float std can be 1e-17 instead of 0
-    if scale_rewards == "group":
-        adv = centred / (g.std(dim=1, keepdim=True) + eps)
-    elif scale_rewards == "batch":
-        std = g.reshape(-1).std() if batch_std is None else torch.as_tensor(batch_std, dtype=g.dtype, device=g.device)
-        adv = centred / (std + eps)
-    else:
-        adv = centred
+    adv = ADVANTAGE_SCALES[scale](centred, g, batch_std, eps)
     adv = torch.where(zero_var[:, None], torch.zeros_like(adv), adv)
     return adv.reshape(shape), float(zero_var.float().mean())
 
 
 # ------------------------------------------------------------------------------------------------- KL
-def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: KLKind = "k3") -> Tensor:
+def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str | KLEstimator = "k3") -> Tensor:
     """Per-token estimate of KL(pi_theta || pi_ref) from samples of pi_theta, with ``d = ref_logp - logp``.
 
     k1 = -d (unbiased, can be negative), k2 = d^2 / 2 (biased, low variance), k3 = exp(d) - d - 1
     (unbiased and >= 0; DeepSeekMath's choice). k2 and k3 agree to second order in d.
     """
-    d = ref_logp - logp
-    if kind == "k1":
-        return -d
-    if kind == "k2":
-        return 0.5 * d * d
-    if kind == "k3":
-        return torch.expm1(d) - d  # expm1 keeps precision for small d, where exp(d) - 1 would cancel
-    raise ValueError(f"kl must be 'k1', 'k2' or 'k3', got {kind!r}")
+    name = _value(kind)
+    if name not in KL_ESTIMATORS:
+        raise ValueError(f"kl must be 'k1', 'k2' or 'k3', got {kind!r}")
+    return KL_ESTIMATORS[name](ref_logp - logp)
+
+
+# kl name -> f(d = ref_logp - logp) -> per-token estimate; expm1 keeps k3 precise for small d
+KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {"k1": lambda d: -d, "k2": lambda d: 0.5 * d * d,
+                                                        "k3": lambda d: torch.expm1(d) - d}
 
 
 # --------------------------------------------------------------------------------------- normalisation
@@ -187,35 +231,54 @@ def clipped_surrogate(logp: Tensor, old_logp: Tensor, advantages: Tensor, epsilo
     return loss, rho, clipped_low, clipped_high
 
 
-def _normalise(masked: Tensor, maskf: Tensor, loss_type: str, norm: GlobalNorm,
-               max_completion_length: int | None) -> Tensor:
-    """This micro-batch's share of the global objective (no world-size factor)."""
-    if loss_type == "grpo":
-        seq_len = maskf.sum(dim=-1).clamp_min(1.0)
-        return (masked.sum(dim=-1) / seq_len).sum() / max(norm.num_seqs, 1)
-    if loss_type in ("bnpo", "dapo"):
-        return masked.sum() / max(norm.num_tokens, 1)
-    if loss_type == "dr_grpo":
-        if max_completion_length is None or max_completion_length < 1:
-            raise ValueError("loss_type='dr_grpo' needs max_completion_length >= 1")
-        if maskf.shape[-1] > max_completion_length:
-            raise ValueError(f"completions of {maskf.shape[-1]} tokens exceed max_completion_length="
-                             f"{max_completion_length}")
-        return masked.sum() / (max(norm.num_seqs, 1) * max_completion_length)
-    raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+def _segment_means(masked: Tensor, segments: Sequence[Tensor], norm: GlobalNorm, max_len: int | None) -> Tensor:
+    """Mean over segments (sequences, or SCoRe's turns) of each segment's token mean."""
+    total = None
+    for seg in segments:
+        mean = torch.where(seg, masked, torch.zeros_like(masked)).sum(dim=-1) / seg.sum(dim=-1).clamp_min(1)
+        total = mean if total is None else total + mean
+    return total.sum() / max(norm.num_seqs, 1)
 
 
-def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, advantages: Tensor, mask: Tensor,
-                *, epsilon: float, epsilon_high: float | None = None, beta: float = 0.0, kl: KLKind = "k3",
-                loss_type: LossType = "grpo", norm: GlobalNorm, max_completion_length: int | None = None,
-                world_size: int = 1, entropy: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """This micro-batch's GRPO loss, scaled so that the caller contract above gives the exact gradient.
+def _token_mean(masked: Tensor, segments: Sequence[Tensor], norm: GlobalNorm, max_len: int | None) -> Tensor:
+    return masked.sum() / max(norm.num_tokens, 1)
 
-    Per token ``l = -min(rho A, clip(rho, 1 - eps, 1 + eps_high) A) + beta * KL`` over ``[B, T]`` tensors
-    (``mask`` nonzero on completion tokens), aggregated with **global** counts from ``norm``:
 
-    * ``grpo``: mean over sequences of per-sequence token means: ``sum_seq(sum_tok l / len) / num_seqs``.
-    * ``bnpo``: ``sum l / num_tokens``.
+def _constant_length(masked: Tensor, segments: Sequence[Tensor], norm: GlobalNorm, max_len: int | None) -> Tensor:
+    if max_len is None or max_len < 1:
+        raise ValueError("loss_type='dr_grpo' needs max_completion_length >= 1")
+    if masked.shape[-1] > max_len:
+        raise ValueError(f"completions of {masked.shape[-1]} tokens exceed max_completion_length={max_len}")
+    return masked.sum() / (max(norm.num_seqs, 1) * max_len)
+
+
+# loss_type name -> this micro-batch's share of the global objective (no world-size factor), from the
+# masked per-token losses, the segment masks, the step's global counts and max_completion_length.
+# GRPO's names are TRL's; SCoRe's "turn" and "token" are the same rules over (episode, turn) segments.
+LOSS_NORMALISERS: dict[str, Callable[..., Tensor]] = {
+    "grpo": _segment_means, "turn": _segment_means, "bnpo": _token_mean, "dapo": _token_mean, "token": _token_mean,
+    "dr_grpo": _constant_length,
+}
+
+
+def _weighs(beta: float | Tensor) -> bool:
+    return bool((beta != 0).any()) if isinstance(beta, Tensor) else beta != 0
+
+
+def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, advantages: Tensor,
+                mask: Tensor | Sequence[Tensor], *, epsilon: float, epsilon_high: float | None = None,
+                beta: float | Tensor = 0.0, kl: str | KLEstimator = "k3", loss_type: str | Enum = "grpo",
+                norm: GlobalNorm, max_completion_length: int | None = None, world_size: int = 1,
+                entropy: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """This micro-batch's loss, scaled so that the caller contract above gives the exact gradient.
+
+    Per token ``l = -min(rho A, clip(rho, 1 - eps, 1 + eps_high) A) + beta * KL`` over ``[B, T]`` tensors,
+    on the tokens of ``mask`` (one ``[B, T]`` mask, or a list of disjoint segment masks such as SCoRe's
+    two turns), aggregated with **global** counts from ``norm`` by :data:`LOSS_NORMALISERS`:
+
+    * ``grpo`` (SCoRe: ``turn``): mean over segments of per-segment token means:
+      ``sum_seg(sum_tok l / len) / num_seqs``, where ``norm.num_seqs`` counts segments with a token.
+    * ``bnpo`` (SCoRe: ``token``): ``sum l / num_tokens``.
     * ``dr_grpo``: ``sum l / (num_seqs * max_completion_length)``, a constant normaliser (Dr. GRPO).
     * ``dapo``: ``sum l / num_tokens``, identical to ``bnpo`` here. In TRL the two differ only in scope:
       ``bnpo`` divides by the tokens of the local (per-process) batch, ``dapo`` by the tokens of the
@@ -223,6 +286,7 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
       always normalises by the global count, so both names give DAPO's loss; both are kept so existing
       configs work.
 
+    ``beta`` is a number or a ``[B, T]`` tensor of per-token KL weights (SCoRe weighs its turns apart).
     The returned loss is the share times ``world_size`` (the size of the gradient *mean* all-reduce;
     use 1 for a SUM reduce or a single process). ``old_logp=None`` means ``logp.detach()``
     (``num_iterations == 1``). ``ref_logp`` is needed when ``beta != 0``; when given with ``beta == 0``
@@ -231,37 +295,45 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
     the gradient to stay finite.
 
     ``stats`` maps :data:`STAT_KEYS` to detached float64 sums over this micro-batch's unmasked tokens
-    (``objective`` is the unscaled share): SUM-reduce them, then divide by the global counts to log means.
+    (``objective`` is the unscaled share), plus ``kl_seg{i}``/``tokens_seg{i}`` per segment when there
+    are several: SUM-reduce them, then divide by the global counts to log means.
     """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
-    if beta != 0 and ref_logp is None:
+    name = _value(loss_type)
+    if name not in LOSS_NORMALISERS:
+        raise ValueError(f"loss_type must be one of {', '.join(LOSS_NORMALISERS)}, got {loss_type!r}")
+    weighted = _weighs(beta)
+    if weighted and ref_logp is None:
         raise ValueError("beta != 0 needs ref_logp (the frozen reference model's log-probs)")
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
+    segments = [mask != 0] if isinstance(mask, Tensor) else [m != 0 for m in mask]
+    keep = segments[0]
+    for seg in segments[1:]:
+        keep = keep | seg
     if old_logp is None:
         old_logp = logp.detach()
-    keep = mask != 0
-    maskf = keep.to(logp.dtype)
 
     pg, rho, clip_low, clip_high = clipped_surrogate(logp, old_logp, advantages, epsilon, epsilon_high)
     kl_tok = None
     if ref_logp is not None:
-        with torch.set_grad_enabled(torch.is_grad_enabled() and beta != 0):  # beta 0: measured, not trained
+        with torch.set_grad_enabled(torch.is_grad_enabled() and weighted):  # beta 0: measured, not trained
             kl_tok = kl_penalty(logp, ref_logp, kl)
-    per_token = pg + beta * kl_tok if (kl_tok is not None and beta != 0) else pg
+    if kl_tok is not None and weighted:
+        per_token = pg + (beta.to(pg.dtype) if isinstance(beta, Tensor) else beta) * kl_tok
+    else:
+        per_token = pg
     masked = torch.where(keep, per_token, torch.zeros_like(per_token))
 
-    share = _normalise(masked, maskf, loss_type, norm, max_completion_length)
+    share = LOSS_NORMALISERS[name](masked, segments, norm, max_completion_length)
     loss = share * world_size if world_size != 1 else share
 
-    def tsum(x: Tensor) -> Tensor:
-        return torch.where(keep, x.detach(), torch.zeros((), dtype=x.dtype, device=x.device)).sum().to(torch.float64)
+    def tsum(x: Tensor, where: Tensor = keep) -> Tensor:
+        return torch.where(where, x.detach(), torch.zeros((), dtype=x.dtype, device=x.device)).sum().to(torch.float64)
 
     zero = torch.zeros((), dtype=torch.float64, device=logp.device)
     stats = {
         "objective": share.detach().to(torch.float64),
-        "num_seqs": (keep.sum(dim=-1) > 0).sum().to(torch.float64),
+        "num_seqs": sum((seg.sum(dim=-1) > 0).sum() for seg in segments).to(torch.float64),
         "num_tokens": keep.sum().to(torch.float64),
         "pg_loss_sum": tsum(pg),
         "kl_sum": tsum(kl_tok) if kl_tok is not None else zero,
@@ -270,4 +342,8 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
         "clip_high": (clip_high & keep).sum().to(torch.float64),
         "entropy_sum": tsum(entropy) if entropy is not None else zero.clone(),
     }
+    if len(segments) > 1:
+        for i, seg in enumerate(segments):
+            stats[f"kl_seg{i}"] = tsum(kl_tok, seg) if kl_tok is not None else zero.clone()
+            stats[f"tokens_seg{i}"] = seg.sum().to(torch.float64)
     return loss, stats

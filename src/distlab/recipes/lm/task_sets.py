@@ -24,6 +24,12 @@ def eval_tasks(cfg: TaskConfig) -> list[Task]:
                       families=_families(cfg.eval_families))
 
 
+def task_split(cfg: TaskConfig) -> tuple[list[Task], list[Task], list[Task]]:
+    """``(training tasks, held-out tasks, few-shot examples)``: the examples are the first training tasks."""
+    tasks = train_tasks(cfg)
+    return tasks, eval_tasks(cfg), tasks[: cfg.few_shot]
+
+
 def check_task_data(cfg: TaskConfig) -> None:
     """Before any process starts: the data files a task set needs exist (MBPP is read from ``task.mbpp_dir``)."""
     if "mbpp" in (cfg.train, cfg.eval):

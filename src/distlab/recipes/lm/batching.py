@@ -1,0 +1,26 @@
+"""Rows of token ids made into padded batches, and a batch cut into micro-batches."""
+
+from __future__ import annotations
+
+import torch
+
+
+def sequences(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad: int, device: torch.device
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``prompt + completion`` rows, their attention mask and the completion-token mask."""
+    lengths = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
+    width = max(lengths)
+    ids = torch.full((len(lengths), width), pad, dtype=torch.long)
+    attn = torch.zeros((len(lengths), width), dtype=torch.long)
+    comp = torch.zeros((len(lengths), width), dtype=torch.bool)
+    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+        row = p + c
+        ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+        attn[i, :len(row)] = 1
+        comp[i, len(p):len(row)] = True
+    return ids.to(device), attn.to(device), comp.to(device)
+
+
+def micro_batches(n: int, size: int) -> list[slice]:
+    """Consecutive slices of at most ``size`` rows covering ``n`` rows."""
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]

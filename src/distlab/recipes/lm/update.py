@@ -1,0 +1,54 @@
+"""One policy-gradient update on a step's rollouts, shared by every LM recipe.
+
+The recipe supplies the loss of one micro-batch; this module owns the rest of the step: log-probs of
+the policy that sampled the rollouts and of the frozen reference (once, before any update, under the
+same autocast as the trained pass so that the first ratio is exactly 1 in value), then
+``iterations`` optimizer steps, each accumulating every micro-batch's gradient with DDP's all-reduce
+only on the last, then clipping and stepping. Losses are normalised by global counts the recipe
+agreed beforehand, so nothing here divides by the number of micro-batches or ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from distlab.recipes.lm.logprobs import logprobs
+from distlab.wrap import clip_grad, no_sync
+
+MicroLoss = Callable[[int], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def frozen_logprobs(session, model: nn.Module | None, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
+                    slices: list[slice], *, chunk_tokens: int, temperature: float, device: torch.device
+                    ) -> list[torch.Tensor | None]:
+    """Per micro-batch, ``model``'s log-probs of the masked tokens on ``device`` (None for no model)."""
+    if model is None:
+        return [None] * len(slices)
+    with torch.no_grad(), session.autocast():
+        return [logprobs(model, ids[sl], attn[sl], mask[sl], chunk_tokens=chunk_tokens,
+                         temperature=temperature)[0].to(device) for sl in slices]
+
+
+def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_batches: int, micro_loss: MicroLoss,
+                  *, iterations: int = 1, max_grad_norm: float = 1.0) -> tuple[dict[str, float], float]:
+    """``iterations`` optimizer steps over ``micro_batches`` micro-batches; returns (summed stats, last grad norm).
+
+    ``micro_loss(m)`` runs the forward of micro-batch ``m`` and returns its loss share and its stats
+    (sums); it runs under the session's autocast, and the backward follows here.
+    """
+    sums: dict[str, float] = {}
+    gnorm = 0.0
+    for _ in range(iterations):
+        for m in range(micro_batches):
+            with no_sync(model, m < micro_batches - 1), session.autocast():
+                loss, stats = micro_loss(m)
+            loss.backward()
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        gnorm = clip_grad(model, max_grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return sums, gnorm
