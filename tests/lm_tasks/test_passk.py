@@ -101,3 +101,18 @@ def test_paired_comparison_on_pass_at_k_values():
     assert res.significant and res.mcnemar_p is None and res.candidate_only is None
     with pytest.raises(DistlabError, match="same problems"):
         paired_comparison(a, b[:-1])
+
+
+def test_few_discordant_pairs_are_not_a_significant_gain():
+    """3 problems fixed and none broken of 500: McNemar's exact p is 0.25 (a bootstrap interval excluded 0)."""
+    base = np.zeros(500)
+    cand = base.copy()
+    cand[:3] = 1.0
+    res = paired_comparison(base, cand, n_resamples=2000)
+    assert (res.candidate_only, res.baseline_only) == (3, 0)
+    assert res.mcnemar_p == pytest.approx(0.25)
+    assert not res.significant and res.low < 0 < res.high and res.diff == pytest.approx(0.006)
+    more = cand.copy()
+    more[3:9] = 1.0  # 9 fixed, 0 broken: p = 2 / 2**9
+    res = paired_comparison(base, more, n_resamples=2000)
+    assert res.mcnemar_p == pytest.approx(2 / 2**9) and res.significant and res.low > 0

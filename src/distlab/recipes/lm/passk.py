@@ -1,8 +1,8 @@
 """pass@k with confidence intervals, and paired before/after comparisons, as the reviewer asks for them.
 
-A gain is claimed only when the interval of the paired per-problem differences excludes 0: problems differ far more
-in difficulty than two checkpoints do, so unpaired intervals overlap even when one system is better on nearly every
-problem. Intervals come from ``scipy.stats.bootstrap`` over problems (the unit that was sampled), with a fixed seed
+A gain is claimed only from a paired test on the same problems (McNemar's exact test for pass/fail outcomes, a
+bootstrap of the per-problem differences for graded scores): problems differ far more in difficulty than two
+checkpoints do, so unpaired intervals overlap even when one system is better on nearly every problem. Intervals come from ``scipy.stats.bootstrap`` over problems (the unit that was sampled), with a fixed seed
 so a report is reproducible. Results are dataclasses of plain floats/ints with ``to_dict`` for JSON.
 """
 
@@ -132,9 +132,13 @@ def pass_at_k_summary(n: Any, c: Any, ks: Sequence[int] = (1,), **bootstrap: Any
 class PairedComparison:
     """Candidate minus baseline on the same problems.
 
-    ``significant`` means the interval of the mean paired difference excludes 0. For pass/fail data (pass@1 with
-    one greedy sample) McNemar's exact test is added: under "no difference" each discordant problem is equally
-    likely to favour either system, so their split is Binomial(n_discordant, 1/2).
+    For pass/fail data (pass@1 with one greedy sample) the test is McNemar's exact test: under "no difference"
+    each discordant problem is equally likely to favour either system, so their split is Binomial(n_discordant,
+    1/2). ``significant`` means its p-value is below 1 - confidence, and the interval is the exact (Clopper-Pearson)
+    interval of that split mapped onto the difference of means, given the discordant count: 3 problems fixed and
+    none broken out of 500 is p = 0.25, not a gain, whatever a bootstrap of 497 zeros and 3 ones says. For graded
+    scores (pass@k from several samples) the interval is a bootstrap over problems and ``significant`` means it
+    excludes 0.
     """
 
     n_problems: int
@@ -163,18 +167,30 @@ def paired_comparison(baseline: Sequence[float] | np.ndarray, candidate: Sequenc
     if a.shape != b.shape:
         raise DistlabError(f"paired comparison needs the same problems for both systems; got {a.size} and {b.size} "
                            "per-problem values")
-    ci = bootstrap_ci(b - a, confidence=confidence, n_resamples=n_resamples, method=method, seed=seed)
-    binary = bool(np.all(np.isin(a, (0.0, 1.0))) and np.all(np.isin(b, (0.0, 1.0))))
-    cand_only = base_only = None
-    p = None
+    binary = bool(a.size and np.all(np.isin(a, (0.0, 1.0))) and np.all(np.isin(b, (0.0, 1.0))))
+    common = dict(n_problems=int(a.size), mean_baseline=float(a.mean()), mean_candidate=float(b.mean()),
+                  confidence=confidence)
     if binary:
-        cand_only = int(np.sum((b == 1.0) & (a == 0.0)))
-        base_only = int(np.sum((a == 1.0) & (b == 0.0)))
-        discordant = cand_only + base_only
-        from scipy import stats
+        return PairedComparison(**common, **_mcnemar(a, b, confidence))
+    ci = bootstrap_ci(b - a, confidence=confidence, n_resamples=n_resamples, method=method, seed=seed)
+    return PairedComparison(**common, diff=ci.mean, low=ci.low, high=ci.high, method=ci.method,
+                            significant=bool(ci.low > 0.0 or ci.high < 0.0))
 
-        p = float(stats.binomtest(cand_only, discordant, 0.5).pvalue) if discordant else 1.0
-    return PairedComparison(n_problems=int(a.size), mean_baseline=float(a.mean()), mean_candidate=float(b.mean()),
-                            diff=ci.mean, low=ci.low, high=ci.high, confidence=confidence, method=ci.method,
-                            significant=bool(ci.low > 0.0 or ci.high < 0.0), candidate_only=cand_only,
-                            baseline_only=base_only, mcnemar_p=p)
+
+def _mcnemar(a: np.ndarray, b: np.ndarray, confidence: float) -> dict[str, Any]:
+    """McNemar's exact test on paired 0/1 outcomes and the matching conditional interval of the difference."""
+    from scipy import stats
+
+    cand_only = int(np.sum((b == 1.0) & (a == 0.0)))
+    base_only = int(np.sum((a == 1.0) & (b == 0.0)))
+    discordant = cand_only + base_only
+    diff = (cand_only - base_only) / a.size
+    if discordant == 0:
+        p, low, high = 1.0, 0.0, 0.0
+    else:
+        test = stats.binomtest(cand_only, discordant, 0.5)
+        share = test.proportion_ci(confidence_level=confidence, method="exact")
+        p = float(test.pvalue)
+        low, high = (discordant * (2 * q - 1) / a.size for q in (share.low, share.high))
+    return dict(diff=diff, low=float(low), high=float(high), method="exact McNemar", significant=p < 1 - confidence,
+                candidate_only=cand_only, baseline_only=base_only, mcnemar_p=p)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distlab.recipes.lm.passk import bootstrap_ci
+from distlab.recipes.lm.passk import bootstrap_ci, paired_comparison
 
 HEADLINE = ("acc_t1", "acc_t2", "delta_t1_t2", "delta_i_to_c", "delta_c_to_i")
 
@@ -54,15 +54,28 @@ def means(tot: dict[str, float]) -> dict[str, float]:
 
 
 def with_intervals(rows: list[dict]) -> dict[str, float]:
-    """Means over problems with 95% bootstrap intervals (``<name>_low``/``<name>_high``), greedy evaluation."""
+    """Means over problems with 95% intervals (``<name>_low``/``<name>_high``), greedy evaluation.
+
+    A rate (acc@t1, fixes, breaks) gets a bootstrap interval. The two differences of paired pass/fail outcomes,
+    delta(t1,t2) (turn 2 against turn 1 on the same problems) and the hint's gain (turn 2 with against without
+    it), get McNemar's exact test instead, with its discordant counts (``_fixed``/``_broken``) and p-value
+    (``_p``): a bootstrap of a handful of discordant problems claims gains the exact test does not.
+    """
     out = means(sums(rows))
     if len(rows) < 2:
         return out
-    values = {k: np.array([per_problem(r["r1"], r["r2"])[k] for r in rows]) for k in HEADLINE}
-    if rows and rows[0].get("r2_no_hint") is not None:
-        values["acc_t2_no_hint"] = np.array([r["r2_no_hint"] for r in rows])
-        values["hint_gain"] = np.array([r["r2"] - r["r2_no_hint"] for r in rows])
-    for k, v in values.items():
-        ci = bootstrap_ci(v)
+    r1, r2 = np.array([r["r1"] for r in rows]), np.array([r["r2"] for r in rows])
+    for k in ("acc_t1", "acc_t2", "delta_i_to_c", "delta_c_to_i"):
+        ci = bootstrap_ci(np.array([per_problem(r["r1"], r["r2"])[k] for r in rows]))
         out[f"{k}_low"], out[f"{k}_high"] = ci.low, ci.high
+    pairs = {"delta_t1_t2": (r1, r2)}
+    if rows[0].get("r2_no_hint") is not None:
+        no_hint = np.array([r["r2_no_hint"] for r in rows])
+        ci = bootstrap_ci(no_hint)
+        out["acc_t2_no_hint_low"], out["acc_t2_no_hint_high"] = ci.low, ci.high
+        pairs["hint_gain"] = (no_hint, r2)
+    for k, (before, after) in pairs.items():
+        cmp = paired_comparison(before, after)
+        out.update({f"{k}_low": cmp.low, f"{k}_high": cmp.high, f"{k}_p": cmp.mcnemar_p,
+                    f"{k}_fixed": float(cmp.candidate_only), f"{k}_broken": float(cmp.baseline_only)})
     return out
