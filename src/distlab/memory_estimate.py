@@ -28,12 +28,11 @@ class MemoryBreakdown:
     params: int
     grads: int
     optimizer: int
-    master_weights: int
     activations: int
 
     @property
     def static(self) -> int:
-        return self.params + self.grads + self.optimizer + self.master_weights
+        return self.params + self.grads + self.optimizer
 
     @property
     def total(self) -> int:
@@ -46,21 +45,23 @@ class MemoryBreakdown:
 def estimate_memory(spec: ModelSpec, *, strategy: str = "ddp", world_size: int = 1) -> MemoryBreakdown:
     """Per-rank bytes. DDP replicates everything; FSDP (full shard) divides the static part by world size.
 
-    Below fp32, mixed-precision training keeps an fp32 master copy of trainable weights, which is
-    counted separately so the fp32 case stays the textbook ``16 bytes/param`` for Adam.
+    ``param_dtype_bytes`` is the width of frozen weights only: trainable parameters are always held in fp32
+    (``distlab.placement.place`` keeps them there whatever ``models.<name>.dtype`` says, because AdamW steps at
+    RL learning rates fall below half a bf16 ulp), so they, their gradients and Adam's moments count 4 + 4 + 8
+    bytes, the textbook 16 bytes/param, and there is no separate master copy to count.
     """
     if strategy not in ("ddp", "fsdp"):
         raise DistlabError(f"unknown strategy {strategy!r}; use 'ddp' or 'fsdp'")
     if world_size < 1:
         raise DistlabError(f"world_size must be >= 1, got {world_size}")
     shard = world_size if strategy == "fsdp" else 1
-    master = spec.trainable * 4 if spec.param_dtype_bytes < 4 else 0
+    trainable_width = max(4, spec.param_dtype_bytes)  # fp64 stays fp64
+    weights = (spec.params - spec.trainable) * spec.param_dtype_bytes + spec.trainable * trainable_width
     return MemoryBreakdown(
         strategy=strategy, world_size=world_size,
-        params=math.ceil(spec.params * spec.param_dtype_bytes / shard),
-        grads=math.ceil(spec.trainable * spec.param_dtype_bytes / shard),
+        params=math.ceil(weights / shard),
+        grads=math.ceil(spec.trainable * trainable_width / shard),
         optimizer=math.ceil(spec.trainable * OPTIMIZER_STATE_BYTES[spec.optimizer] / shard),
-        master_weights=math.ceil(master / shard),
         activations=spec.activation_bytes_per_example * spec.batch_per_device,
     )
 

@@ -28,7 +28,7 @@ def estimate_text(recipe: Any, cfg: Any, world_size: int) -> str:
              for s in (specs if isinstance(specs, list) else [specs])]
     gib = 2**30
     total = sum(p.total for p in parts) / gib
-    weights = sum(p.params + p.grads + p.master_weights for p in parts) / gib
+    weights = sum(p.params + p.grads for p in parts) / gib
     optim = sum(p.optimizer for p in parts) / gib
     acts = sum(p.activations for p in parts) / gib
     return (f"`distlab doctor --recipe {recipe.name}` estimates {total:.1f} GiB per device (weights+grads "

@@ -216,9 +216,14 @@ def test_dr_grpo_needs_max_completion_length_and_entropy_is_summed_over_mask():
     logp, old, adv, mask = _agg_batch()
     with pytest.raises(ValueError):
         policy_loss(logp, old, None, adv, mask, epsilon=0.2, loss_type="dr_grpo", norm=GlobalNorm(3, 6))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="completion of 3 tokens"):
         policy_loss(logp, old, None, adv, mask, epsilon=0.2, loss_type="dr_grpo", norm=GlobalNorm(3, 6),
-                    max_completion_length=3)  # shorter than the 4 columns
+                    max_completion_length=2)  # shorter than the 3 tokens of the longest unmasked completion
+    # rows wider than max_completion_length are fine: they hold the prompt too (this crashed every real batch)
+    wide = torch.nn.functional.pad(mask, (6, 0))
+    loss, _ = policy_loss(torch.nn.functional.pad(logp.detach(), (6, 0)), torch.nn.functional.pad(old, (6, 0)), None,
+                          adv, wide, epsilon=10.0, loss_type="dr_grpo", norm=GlobalNorm(3, 6), max_completion_length=5)
+    assert loss.item() == pytest.approx(EXPECTED["dr_grpo"], abs=1e-12)
     ent = torch.arange(16, dtype=F64).reshape(4, 4)
     _, stats = policy_loss(logp, old, None, adv, mask, epsilon=0.2, loss_type="bnpo", norm=GlobalNorm(3, 6),
                            entropy=ent)

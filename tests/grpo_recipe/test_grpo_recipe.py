@@ -71,6 +71,15 @@ def test_two_ranks_train_and_agree(workdir):
     assert s["status"] == "completed" and s["world_size"] == 2
 
 
+@pytest.mark.parametrize("loss_type", ["dr_grpo", "dapo"])
+def test_every_loss_type_trains_through_the_recipe(tmp_path, loss_type):
+    """Real batches hold prompt + completion rows: dr_grpo once refused every one of them."""
+    run_cli(["train", "grpo", *TINY, "steps=1", "evaluation.before=false", f"loss_type={loss_type}",
+             "run.name=lt"], tmp_path)
+    s = summary(tmp_path / "runs" / "lt")
+    assert s["status"] == "completed" and s["train"]["global_tokens"] > 0
+
+
 def test_seed_flags_are_accepted_as_aliases(workdir):
     proc = run_cli(["train", "grpo", *TINY, "--training_args.max_steps=7", "--training_args.learning_rate=0.0001",
                     "--training_args.per_device_train_batch_size=2",

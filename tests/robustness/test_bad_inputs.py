@@ -161,6 +161,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("grpo-old-placement-typo", ["train", "grpo", "placement.refrence=cpu"], ["refrence", "did you mean reference"]),
     ("grpo-loss-type", ["train", "grpo", "loss_type=ppo"], ["loss_type=ppo", "grpo, bnpo, dr_grpo, dapo"]),
     ("score-turn-loss", ["train", "score", "loss_type=dapo"], ["loss_type=dapo", "turn, token"]),
+    ("grpo-kl-k1", ["train", "grpo", "kl=k1"], ["kl=k1", "zero expected gradient"]),
+    ("score-kl-k1", ["train", "score", "kl=k1"], ["kl=k1", "zero expected gradient"]),
     # --- eval
     ("eval-missing", ["eval", "runs/nope"], ["does not exist"]),
     ("eval-file", ["eval", "afile"], ["is a file, not a run"]),

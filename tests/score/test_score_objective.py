@@ -9,7 +9,7 @@ from distlab.recipes.lm.tasks import synthetic_tasks, text_prompt
 from distlab.recipes.lm.tiny_model import byte_tokenizer
 from distlab.recipes.score.episode import (ROLE_GLUE, ROLE_HINT, ROLE_INSTR, ROLE_PAD, ROLE_PROMPT, ROLE_Y1, ROLE_Y2,
                                            Episode, encode, leaks_code, turn2_prompt)
-from distlab.recipes.score.objective import (guidance_rewards, kl_weights, known_before_turn2, mc_advantages,
+from distlab.recipes.score.objective import (guidance_rewards, kl_weights, mc_advantages,
                                              score_policy_loss, step_counts, token_advantages, turn_masks,
                                              turn_rewards, turn_returns)
 
@@ -56,15 +56,24 @@ def test_mc_advantages_subtract_each_turns_group_mean():
     assert torch.allclose(a1, torch.tensor([-1.0, 1.0, 0.0, 0.0]))
     assert torch.allclose(a2, torch.tensor([1.0, -1.0, 0.0, 0.0]))
     assert zero_var == 0.5
-    # stage II: -alpha r1 of turn 2's reward is fixed before y2 exists, so it is baseline, not advantage
-    r1, r2 = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([1.0, 1.0, 0.0, 1.0])
-    rew1, rew2 = turn_rewards(r1, r2, "II", alpha=3.0)
-    _, a2, _ = mc_advantages(*turn_returns(rew1, rew2, 1.0), group_size=2, known2=known_before_turn2(r1, "II", 3.0))
-    assert torch.allclose(a2, 4.0 * torch.tensor([0.0, 0.0, -0.5, 0.5]))  # (1 + alpha) x centred r2
-    assert torch.equal(known_before_turn2(r1, "I", 3.0), torch.zeros(4))
     adv = token_advantages(ROLES[:2], torch.tensor([2.0, -1.0]), torch.tensor([5.0, 7.0]))
     assert torch.all(adv[0][IS_Y1[0]] == 2.0) and torch.all(adv[0][IS_Y2[0]] == 5.0)
     assert torch.all(adv[OTHER] == 0)
+
+
+def test_stage_two_ranks_a_fix_above_a_copy_and_a_break_below_a_failure():
+    """One prompt's group: copy a right y1, fix a wrong one, fail twice, break a right one (r1, r2 per episode)."""
+    r1, r2 = torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([1.0, 1.0, 0.0, 0.0])
+    for scale in ("none", "group"):
+        _, a2, _ = mc_advantages(*turn_returns(*turn_rewards(r1, r2, "II", 3.0), gamma=0.0), group_size=4,
+                                 scale_rewards=scale)
+        copy, fix, fail, brk = a2.tolist()
+        assert fix > copy and fail > brk, (scale, a2)
+        assert fix - copy == pytest.approx(3.0 if scale == "none" else 3.0 / float(torch.tensor(
+            [1.0, 4.0, 0.0, -3.0]).std()), rel=1e-3)
+    # without the bonus (alpha 0) a copy and a fix are worth the same: the bonus is what separates them
+    _, a2, _ = mc_advantages(*turn_returns(*turn_rewards(r1, r2, "II", 0.0), gamma=0.0), group_size=4)
+    assert a2[0] == a2[1]
 
 
 def _loss(stage, adv1, adv2, d, loss_type="token", beta1=0.1, beta2=1.0):

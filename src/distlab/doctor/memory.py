@@ -178,7 +178,7 @@ def plan_devices(specs: list[ModelSpec], gpu_free: dict[int, int], host_free: in
         b = estimate_memory(spec, strategy="fsdp" if spec.wrap == "fsdp" else "ddp", world_size=procs)
         home, compute = _devices_of(spec.placement, bool(gpu_free) or spec.placement.startswith("cuda"))
         weights = rows.setdefault(home, {"params": 0, "grads": 0, "optimizer": 0, "activations": 0})
-        weights["params"] += b.params + b.master_weights
+        weights["params"] += b.params
         weights["grads"] += b.grads
         weights["optimizer"] += b.optimizer
         rows.setdefault(compute, {"params": 0, "grads": 0, "optimizer": 0, "activations": 0})

@@ -86,7 +86,7 @@ def _memory(report: dict[str, Any]) -> Panel | None:
     if "per_device" in plan:
         return _placement(plan)
     table = Table("per rank", "DDP", f"FSDP / {plan['world_size']}")
-    for key in ("params", "grads", "optimizer", "master_weights", "activations", "total"):
+    for key in ("params", "grads", "optimizer", "activations", "total"):
         table.add_row(key, _gib(plan["ddp"][key]), _gib(plan["fsdp"][key]))
     table.add_row("usable", _gib(plan["usable_bytes"]), _gib(plan["usable_bytes"]))
     return Panel(Group(table, Text(plan["recommendation"])),

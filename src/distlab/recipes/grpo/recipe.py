@@ -22,9 +22,10 @@ def train(cfg: GRPOConfig, session) -> dict:
 
 def check(cfg: GRPOConfig, world_size: int) -> None:
     """Settings that cannot work together, named before any process starts."""
-    from distlab.recipes.lm.checks import check_groups
+    from distlab.recipes.lm.checks import check_groups, check_kl
 
     check_groups(cfg, world_size)
+    check_kl(cfg.kl, {"beta": cfg.beta})
     local = cfg.prompts_per_step // world_size * cfg.num_generations
     micro_steps = -(-local // cfg.micro_batch_size)
     accum = cfg.dist.grad_accum

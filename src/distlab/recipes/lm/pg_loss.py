@@ -247,8 +247,9 @@ def _token_mean(masked: Tensor, segments: Sequence[Tensor], norm: GlobalNorm, ma
 def _constant_length(masked: Tensor, segments: Sequence[Tensor], norm: GlobalNorm, max_len: int | None) -> Tensor:
     if max_len is None or max_len < 1:
         raise ValueError("loss_type='dr_grpo' needs max_completion_length >= 1")
-    if masked.shape[-1] > max_len:
-        raise ValueError(f"completions of {masked.shape[-1]} tokens exceed max_completion_length={max_len}")
+    longest = max(int(seg.sum(dim=-1).max()) if seg.numel() else 0 for seg in segments)
+    if longest > max_len:  # the rows also hold prompts: only their completion tokens are bounded
+        raise ValueError(f"a completion of {longest} tokens exceeds max_completion_length={max_len}")
     return masked.sum() / (max(norm.num_seqs, 1) * max_len)
 
 
@@ -285,6 +286,11 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
       global batch, as the DAPO paper's token-level loss over all of a step's groups asks. This module
       always normalises by the global count, so both names give DAPO's loss; both are kept so existing
       configs work.
+
+    A sequence whose tokens are all masked (``mask_truncated_completions``) leaves ``num_seqs`` too: it is
+    treated as never sampled (DAPO's overlong filtering), so the weight of the others does not shrink as
+    truncation grows. TRL's ``grpo`` and ``dr_grpo`` divide by every sequence of the batch instead, masked ones
+    included, which scales the gradient down by the kept fraction; without truncation masking the two agree.
 
     ``beta`` is a number or a ``[B, T]`` tensor of per-token KL weights (SCoRe weighs its turns apart).
     The returned loss is the share times ``world_size`` (the size of the gradient *mean* all-reduce;

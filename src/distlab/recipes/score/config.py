@@ -86,7 +86,9 @@ class ScoreConfig(LMRecipeConfig):
     leak_markers: list[str] = field(default_factory=_leak_markers)
     hint_sees_execution: bool = False  # give the guidance turn 1's test result: "extrinsic" feedback
     error_tail_chars: int = 200  # how much of turn 1's error output the guidance sees
-    no_hint_sample: bool = True  # also sample turn 2 without the hint on the same y1 (r2 with vs without)
+    # evaluation diagnostic: also sample turn 2 without the hint on the same y1 (the hint's gain); training never
+    # does, so a guided and an unguided run spend the same rollout compute
+    no_hint_sample: bool = True
     instruction: str = DEFAULT_INSTRUCTION
     restate_problem: bool = False  # text mode: repeat the problem after the instruction (small base models)
     # --- warm-up (tiny models) ---

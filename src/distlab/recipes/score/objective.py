@@ -5,7 +5,9 @@ One episode is ``x | y1 | hint, instruction | y2``; rewards r1 = r(y1), r2 = r(y
 * Stage I maximises r2 while holding turn 1 near the base model: the turn rewards are (0, r2), turn-1
   tokens carry KL weight beta2 (10 x beta1 by default) and turn-2 tokens beta1.
 * Stage II maximises r1 + r2 + alpha (r2 - r1) - beta1 KL: turn rewards (r1, r2 + alpha (r2 - r1)),
-  so the bonus sits on turn 2's reward only, and every policy token carries beta1.
+  so the bonus sits on turn 2's reward only, and every policy token carries beta1. Turn 2's advantage centres
+  that shaped reward over the prompt's group, so a turn 2 that fixes a wrong y1 outranks one that copies a
+  right one (``mc_advantages``).
 
 Turn returns are R1 = rew1 + gamma rew2 and R2 = rew2. With the default gamma = 0 each turn is credited
 with its own reward: in stage I turn 1 then gets no reward gradient and stays at its KL anchor, and in
@@ -56,23 +58,21 @@ def turn_returns(rew1: Tensor, rew2: Tensor, gamma: float) -> tuple[Tensor, Tens
     return rew1 + gamma * rew2, rew2.clone()
 
 
-def known_before_turn2(r1: Tensor, stage: str, alpha: float) -> Tensor:
-    """The part of turn 2's reward fixed before y2 is sampled: -alpha r1 in stage II (the bonus's r1), else 0."""
-    return -alpha * r1 if stage == "II" else torch.zeros_like(r1)
-
-
-def mc_advantages(ret1: Tensor, ret2: Tensor, group_size: int, scale_rewards: str = "none",
-                  known2: Tensor | None = None) -> tuple[Tensor, Tensor, float]:
+def mc_advantages(ret1: Tensor, ret2: Tensor, group_size: int, scale_rewards: str = "none"
+                  ) -> tuple[Tensor, Tensor, float]:
     """Critic-free baseline: each turn's return minus the mean over the prompt's G episodes (consecutive).
 
-    The G turn-2 states of a group differ (each follows its own y1), so the part of turn 2's return
-    already fixed in its state, ``known2`` (:func:`known_before_turn2`), goes into the baseline:
-    ``A2 = (R2 - known2) - mean_group(R2 - known2)``. A baseline that depends only on the state leaves
-    the gradient unbiased and here removes variance that y2 cannot influence. ``scale_rewards=group``
-    also divides by the group's std (GRPO). Returns ``(A1, A2, zero-variance fraction of the turn-2 groups)``.
+    Turn 2's return in stage II is the shaped ``r2 + alpha (r2 - r1)``, centred over the group *as a whole*.
+    That is what makes the bonus do something: in a group where one episode copies a correct y1 (r1 = r2 = 1)
+    and another fixes a wrong one (r1 = 0, r2 = 1), the fix's turn 2 earns ``alpha`` more than the copy's, and
+    breaking a correct y1 costs ``alpha`` more than failing twice. (Moving ``-alpha r1``, the part fixed before
+    y2 is sampled, into a per-episode baseline would also be unbiased, but it leaves ``(1 + alpha)(r2 -
+    mean r2)``: a step size with ``scale_rewards=none`` and exactly nothing with ``group``, which is how an
+    earlier version of this recipe ran.) ``scale_rewards=group`` also divides by the group's std (GRPO).
+    Returns ``(A1, A2, zero-variance fraction of the turn-2 groups)``.
     """
     a1, _ = group_advantages(ret1, group_size, scale_rewards)
-    a2, zero_var = group_advantages(ret2 if known2 is None else ret2 - known2, group_size, scale_rewards)
+    a2, zero_var = group_advantages(ret2, group_size, scale_rewards)
     return a1, a2, zero_var
 
 

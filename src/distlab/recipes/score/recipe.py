@@ -37,7 +37,7 @@ def train(cfg: ScoreConfig, session) -> dict:
 
 def check(cfg: ScoreConfig, world_size: int) -> None:
     """Settings that cannot work together, named before any process starts."""
-    from distlab.recipes.lm.checks import check_groups
+    from distlab.recipes.lm.checks import check_groups, check_kl
     from distlab.recipes.score.schedule import parse_schedule
 
     if cfg.guidance_prompt_mode not in ("", "chat", "text"):
@@ -45,6 +45,7 @@ def check(cfg: ScoreConfig, world_size: int) -> None:
                            f"('' = model.prompt_mode)")
     parse_schedule(cfg.stage_schedule)
     check_groups(cfg, world_size)
+    check_kl(cfg.kl, {"beta1": cfg.beta1, "beta2": beta2_of(cfg)})
     if not 0 <= cfg.tau <= 1 or not 0 <= cfg.gamma <= 1:
         raise DistlabError(f"need 0 <= tau <= 1 and 0 <= gamma <= 1 (got tau={cfg.tau}, gamma={cfg.gamma})")
     check_models(cfg)

@@ -4,7 +4,7 @@ Read top to bottom, one step is:
 
 1. take this rank's prompts from the global-batch sampler and play G episodes of each (``rollout.play``):
    y1 ~ policy(x); h ~ guidance(x, y1) when there is a guidance model; y2 ~ policy(x, y1, h, instruction);
-   the sandbox scores y1 and y2 (and a second turn 2 without the hint, for the hint's effect);
+   the sandbox scores y1 and y2 (evaluation also samples turn 2 without the hint, for the hint's effect);
 2. turn rewards for the current stage (stage I: (0, r2); stage II: (r1, r2 + alpha (r2 - r1)));
 3. advantages per turn: ``mc`` = turn returns minus the prompt group's mean; ``critic`` = one or more
    twin-Q/twin-V TD steps on the step's transitions, target critic soft-updated, then min Q - min V;
@@ -45,7 +45,7 @@ from distlab.recipes.score.critic import Transitions, critic_advantages, critic_
 from distlab.recipes.score.episode import Episode, leaks_code, pack
 from distlab.recipes.score.evaluate import evaluate_self_correction, feedback_label
 from distlab.recipes.score.models import Models, checksums, load_models
-from distlab.recipes.score.objective import (guidance_rewards, kl_weights, known_before_turn2, mc_advantages,
+from distlab.recipes.score.objective import (guidance_rewards, kl_weights, mc_advantages,
                                              score_policy_loss, step_counts, token_advantages, turn_masks,
                                              turn_rewards, turn_returns)
 from distlab.recipes.score.rollout import Players, play
@@ -143,8 +143,7 @@ def _advantages(cfg: ScoreConfig, session, m: Models, opts, episodes, ids, attn,
         extra.update(critic_q_loss_sum=q_sum, critic_v_loss_sum=v_sum, zero_var_groups=0.0)
         return critic_advantages(m.critic, m.value, trans)
     ret1, ret2 = turn_returns(rew1, rew2, cfg.gamma)
-    a1, a2, zero_var = mc_advantages(ret1, ret2, cfg.num_generations, cfg.scale_rewards,
-                                     known2=known_before_turn2(r1, stage, cfg.alpha))
+    a1, a2, zero_var = mc_advantages(ret1, ret2, cfg.num_generations, cfg.scale_rewards)
     extra["zero_var_groups"] = zero_var * (len(episodes) // cfg.num_generations)
     return a1, a2
 
@@ -158,7 +157,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     temp = cfg.sampling.temperature
     episodes = play(cfg, players, local, few_shot, scorer, n=cfg.num_generations, temperature=temp,
                     hint_temperature=cfg.hint_temperature, seed=rollout_seed(cfg.run.seed, step, rt.rank),
-                    no_hint=cfg.no_hint_sample)
+                    no_hint=False)  # the no-hint turn 2 is an evaluation diagnostic, not training compute
     times["rollout_s"] = time.perf_counter() - t0
     # ALGO LOGIC: turn rewards of this stage, then per-turn advantages
     device = compute_device(m.policy)
