@@ -22,8 +22,13 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
     scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
     base, tok = load_placed("policy", cfg, session, cfg.run.seed)
     opt = torch.optim.AdamW([p for p in base.parameters() if p.requires_grad], lr=cfg.lr)
-    score = partial(evaluate_pass_at_k, base, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer, rt,
-                    cfg.run.seed + 31)
+    scored = partial(evaluate_pass_at_k, base, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer, rt,
+                     cfg.run.seed + 31)
+
+    def score() -> dict:
+        with session.autocast():  # trained weights are fp32: sample in the run's compute precision
+            return scored()
+
     before = score()
     session.track_model("policy", base, [opt])
     meta = session.load_checkpoint(ckpt)

@@ -103,7 +103,8 @@ def grpo_step(cfg: GRPOConfig, session, policy, reference, opt, tok, local, few_
     times = {}
     t0 = time.perf_counter()
     prompts = [prompt_text(t, tok, cfg.model.prompt_mode, few_shot) for t in local]
-    comps, futures = rollout(cfg, policy, tok, local, prompts, scorer, rollout_seed(cfg.run.seed, step, rt.rank))
+    with session.autocast():  # the policy's weights are fp32; sampling runs in the compute precision
+        comps, futures = rollout(cfg, policy, tok, local, prompts, scorer, rollout_seed(cfg.run.seed, step, rt.rank))
     times["generate_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     rewards = torch.tensor([f.result() for f in futures], dtype=torch.float64)

@@ -66,14 +66,16 @@ def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
     players = Players(policy, tok, cfg.model.prompt_mode, guidance, gtok,
                       cfg.guidance_prompt_mode or cfg.model.prompt_mode)
     seed = cfg.run.seed + 31
-    before = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
+    with session.autocast():
+        before = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
     opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr)
     session.track_model("policy", policy, [opt])
     if cfg.guidance == "trained":
         g_opt = torch.optim.AdamW([p for p in guidance.parameters() if p.requires_grad], lr=cfg.guidance_lr)
         session.track_model("guidance", guidance, [g_opt])
     meta = session.load_checkpoint(ckpt)
-    after = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
+    with session.autocast():
+        after = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
     scorer.close()
     out = {"step": meta["step"], "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}", "feedback": feedback_label(cfg),
            **after["metrics"], **{f"base_{k}": v for k, v in before["metrics"].items()}}

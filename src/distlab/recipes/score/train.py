@@ -155,9 +155,10 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     temp = cfg.sampling.temperature
-    episodes = play(cfg, players, local, few_shot, scorer, n=cfg.num_generations, temperature=temp,
-                    hint_temperature=cfg.hint_temperature, seed=rollout_seed(cfg.run.seed, step, rt.rank),
-                    no_hint=False)  # the no-hint turn 2 is an evaluation diagnostic, not training compute
+    with session.autocast():  # trained weights are fp32; sampling runs in the compute precision
+        episodes = play(cfg, players, local, few_shot, scorer, n=cfg.num_generations, temperature=temp,
+                        hint_temperature=cfg.hint_temperature, seed=rollout_seed(cfg.run.seed, step, rt.rank),
+                        no_hint=False)  # the no-hint turn 2 is an evaluation diagnostic, not training compute
     times["rollout_s"] = time.perf_counter() - t0
     # ALGO LOGIC: turn rewards of this stage, then per-turn advantages
     device = compute_device(m.policy)
