@@ -52,3 +52,24 @@ def test_frozen_weights_keep_the_narrow_dtype_and_lora_adapters_train_in_fp32():
     frozen = {p.dtype for p in lora.parameters() if not p.requires_grad}
     assert trained == {torch.float32} and frozen == {torch.bfloat16}
     assert _steps(lora) > 0.9
+
+
+def test_sampling_copy_is_narrow_refreshed_in_place_and_only_for_trained_models():
+    from distlab.recipes.lm.models import SamplingCopy
+
+    model, _ = load_causal_lm("tiny:llama-2l", seed=0)
+    policy = place("policy", model, ModelSettings(dtype="bf16", wrap="none"), Runtime(), DistConfig())
+    sampling = SamplingCopy(policy, torch.bfloat16)
+    assert sampling.is_copy and {p.dtype for p in sampling.module.parameters()} == {torch.bfloat16}
+    addresses = [p.data_ptr() for p in sampling.module.parameters()]
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.5)
+    sampling.refresh()
+    assert [p.data_ptr() for p in sampling.module.parameters()] == addresses  # a captured graph stays valid
+    for dst, src in zip(sampling.module.parameters(), policy.parameters()):
+        assert torch.equal(dst, src.to(torch.bfloat16))
+    assert not SamplingCopy(policy, torch.float32).is_copy  # fp32 sampling reads the trained weights
+    frozen, _ = load_causal_lm("tiny:llama-2l", seed=0)
+    frozen = place("reference", frozen, ModelSettings(trainable=False, dtype="bf16"), Runtime(), DistConfig())
+    assert not SamplingCopy(frozen, torch.bfloat16).is_copy  # nothing trains: it already is bf16

@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 
 from distlab.recipes.grpo.config import GRPOConfig
-from distlab.recipes.lm.models import load_placed
+from distlab.placement import DTYPES
+from distlab.recipes.lm.models import SamplingCopy, load_placed
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, paired_fields
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.task_sets import eval_tasks, train_tasks
@@ -22,16 +23,13 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
     scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
     base, tok = load_placed("policy", cfg, session, cfg.run.seed)
     opt = torch.optim.AdamW([p for p in base.parameters() if p.requires_grad], lr=cfg.lr)
-    scored = partial(evaluate_pass_at_k, base, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer, rt,
-                     cfg.run.seed + 31)
-
-    def score() -> dict:
-        with session.autocast():  # trained weights are fp32: sample in the run's compute precision
-            return scored()
-
+    sampling = SamplingCopy(base, DTYPES[cfg.models["policy"].dtype])
+    score = partial(evaluate_pass_at_k, sampling.module, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer,
+                    rt, cfg.run.seed + 31)
     before = score()
     session.track_model("policy", base, [opt])
     meta = session.load_checkpoint(ckpt)
+    sampling.refresh()
     after = score()
     scorer.close()
     out = {"step": meta["step"], "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}", **after["metrics"],

@@ -21,14 +21,14 @@ from distlab.dist import module_checksum
 from distlab.logs import peak_memory
 from distlab.lr_schedule import lr_factor
 from distlab.optim_state import adamw
-from distlab.placement import compute_device
+from distlab.placement import DTYPES, compute_device
 from distlab.recipes.grpo.config import GRPOConfig
 from distlab.recipes.lm.batching import micro_batches, sequences
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, logged_evaluation, paired_fields
 from distlab.recipes.lm.generate import generate
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.recipes.lm.loop import run_steps
-from distlab.recipes.lm.models import gathered, load_placed
+from distlab.recipes.lm.models import SamplingCopy, gathered, load_placed
 from distlab.recipes.lm.pg_loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts, policy_loss,
                                         reward_moments, std_from_moments)
 from distlab.recipes.lm.prompting import prompt_text, stops_for
@@ -60,13 +60,14 @@ def train(cfg: GRPOConfig, session) -> dict:
         supervised_warmup(session, policy, tok, tasks, steps=cfg.sft_steps, lr=cfg.sft_lr,
                           per_rank=max(1, cfg.micro_batch_size), pack=1, seed=cfg.run.seed,
                           chunk_tokens=cfg.logprob_chunk)
-    evaluate = partial(_evaluate, cfg, session, policy, tok, held_out, few_shot, scorer)
+    sampling = SamplingCopy(policy, DTYPES[cfg.models["policy"].dtype])  # after restore and warm-up
+    evaluate = partial(_evaluate, cfg, session, sampling.module, tok, held_out, few_shot, scorer)
     if step == 0 and cfg.evaluation.before:
         start_eval.value = evaluate(step, "eval_start")
 
     def one_step(step: int) -> dict:
         local = [tasks[i] for i in sampler.next()]
-        return grpo_step(cfg, session, policy, reference, opt, tok, local, few_shot, scorer, step)
+        return grpo_step(cfg, session, policy, sampling, reference, opt, tok, local, few_shot, scorer, step)
 
     status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("reward_mean",))
     result = {"status": status, "step": step, "train": last, "world_size": rt.world_size,
@@ -77,14 +78,14 @@ def train(cfg: GRPOConfig, session) -> dict:
     return result
 
 
-def rollout(cfg: GRPOConfig, policy, tok, tasks, prompts, scorer: RewardScorer, seed: int):
-    """G completions per prompt; returns completions and a future per completion (scored meanwhile)."""
+def rollout(cfg: GRPOConfig, policy, sampling: SamplingCopy, tok, tasks, prompts, scorer: RewardScorer, seed: int):
+    """G completions per prompt from the sampling weights; returns completions and a future per completion."""
     chunk = cfg.sampling.chunk_prompts or len(tasks)
     stops = stops_for(tasks, scorer.mode)
     comps, futures = [], []
     with gathered(policy), torch.no_grad():
         for start in range(0, len(tasks), chunk):
-            part = generate(unwrap(policy), tok, prompts[start:start + chunk],
+            part = generate(sampling.module, tok, prompts[start:start + chunk],
                             max_new_tokens=cfg.sampling.max_completion_length, temperature=cfg.sampling.temperature,
                             top_p=cfg.sampling.top_p, stop_strings=stops, seed=seed + start, n=cfg.num_generations,
                             backend=cfg.sampling.backend)
@@ -95,7 +96,8 @@ def rollout(cfg: GRPOConfig, policy, tok, tasks, prompts, scorer: RewardScorer, 
     return comps, futures
 
 
-def grpo_step(cfg: GRPOConfig, session, policy, reference, opt, tok, local, few_shot, scorer, step: int) -> dict:
+def grpo_step(cfg: GRPOConfig, session, policy, sampling: SamplingCopy, reference, opt, tok, local, few_shot, scorer,
+              step: int) -> dict:
     """One GRPO step on this rank's prompts ``local``; returns the step's metrics (identical on every rank)."""
     rt = session.rt
     for g in opt.param_groups:
@@ -103,8 +105,8 @@ def grpo_step(cfg: GRPOConfig, session, policy, reference, opt, tok, local, few_
     times = {}
     t0 = time.perf_counter()
     prompts = [prompt_text(t, tok, cfg.model.prompt_mode, few_shot) for t in local]
-    with session.autocast():  # the policy's weights are fp32; sampling runs in the compute precision
-        comps, futures = rollout(cfg, policy, tok, local, prompts, scorer, rollout_seed(cfg.run.seed, step, rt.rank))
+    comps, futures = rollout(cfg, policy, sampling, tok, local, prompts, scorer,
+                             rollout_seed(cfg.run.seed, step, rt.rank))
     times["generate_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     rewards = torch.tensor([f.result() for f in futures], dtype=torch.float64)
@@ -141,6 +143,7 @@ def grpo_step(cfg: GRPOConfig, session, policy, reference, opt, tok, local, few_
     t3 = time.perf_counter()
     sums, gnorm = policy_update(session, policy, opt, len(batches), micro_loss, iterations=cfg.num_iterations,
                                 max_grad_norm=cfg.clip_grad)
+    sampling.refresh()
     times["update_s"] = time.perf_counter() - t3
     return _step_metrics(rt, cfg, rewards, zero_var, comps, sums, scorer, times, gnorm, norm)
 

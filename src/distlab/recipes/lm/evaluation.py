@@ -73,8 +73,7 @@ def evaluate_pass_at_k(model, tok, tasks: list[Task], few_shot: list[Task], samp
 def logged_evaluation(session, step: int, split: str, run: Callable[[], dict], describe: Callable[[dict], str]) -> dict:
     """``run()``'s metrics, timed and logged under ``split``; rank 0 also writes its per-problem rows atomically."""
     t0 = time.perf_counter()
-    with session.autocast():  # trained weights are fp32: sample in the run's compute precision
-        out = run()
+    out = run()
     metrics = {**out["metrics"], "eval_s": time.perf_counter() - t0}
     session.metrics.log(step, metrics, split=split)
     if session.rt.is_main:

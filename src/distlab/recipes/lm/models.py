@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch import nn
 
 from distlab.placement import DTYPES, place
 from distlab.recipes.lm.model_parts import decoder_layers
 from distlab.recipes.lm.model_source import load_causal_lm
 from distlab.recipes.lm.settings import ModelConfig
+from distlab.wrap import unwrap
 
 
 def load_placed(name: str, cfg: Any, session, seed: int, lora: bool = True) -> tuple[nn.Module, Any]:
@@ -51,3 +54,34 @@ def gathered(model: nn.Module) -> Iterator[None]:
         for m in fsdp:
             m.set_reshard_after_forward(True)
         model.reshard()
+
+
+class SamplingCopy:
+    """The weights generation reads: the trained model itself, or a copy in ``dtype`` refreshed after every step.
+
+    Trained weights stay fp32 (``placement.keep_trained_weights_fp32``). Sampling from them would read twice the
+    bytes per decode step of bf16 weights, and sampling under autocast mixes dtypes in the static KV cache. So
+    when ``models.<name>.dtype`` is narrower than fp32 the sampler gets its own copy in that dtype, the width the
+    model was sampled at before; :meth:`refresh` copies the trained weights in place (the compiled decode step's
+    CUDA graph holds the copy's tensor addresses). FSDP2-sharded models are sampled from directly (gathered).
+    """
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype) -> None:
+        self.source = unwrap(model)
+        sharded = any(hasattr(m, "unshard") for m in model.modules())
+        frozen = not any(p.requires_grad for p in self.source.parameters())  # already in its own dtype
+        if dtype == torch.float32 or sharded or frozen:
+            self.module = self.source
+        else:
+            self.module = copy.deepcopy(self.source).to(dtype).requires_grad_(False).eval()
+
+    @property
+    def is_copy(self) -> bool:
+        return self.module is not self.source
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Copy the trained weights into the sampling copy (after an optimizer step, a restore or a warm-up)."""
+        if self.is_copy:
+            for dst, src in zip(self.module.parameters(), self.source.parameters()):
+                dst.copy_(src)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-from distlab.recipes.lm.models import load_placed
+from distlab.placement import DTYPES
+from distlab.recipes.lm.models import SamplingCopy, load_placed
 from distlab.recipes.lm.evaluation import paired_fields
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.task_sets import eval_tasks, train_tasks
@@ -63,19 +64,22 @@ def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
     guidance = gtok = None
     if cfg.guidance != "none":
         guidance, gtok = load_placed("guidance", guidance_config(cfg), session, cfg.run.seed + 1)
-    players = Players(policy, tok, cfg.model.prompt_mode, guidance, gtok,
-                      cfg.guidance_prompt_mode or cfg.model.prompt_mode)
+    sampling = [SamplingCopy(policy, DTYPES[cfg.models["policy"].dtype])]
+    if guidance is not None:
+        sampling.append(SamplingCopy(guidance, DTYPES[cfg.models["guidance"].dtype]))
+    players = Players(sampling[0].module, tok, cfg.model.prompt_mode, sampling[-1].module if guidance else None,
+                      gtok, cfg.guidance_prompt_mode or cfg.model.prompt_mode)
     seed = cfg.run.seed + 31
-    with session.autocast():
-        before = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
+    before = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
     opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr)
     session.track_model("policy", policy, [opt])
     if cfg.guidance == "trained":
         g_opt = torch.optim.AdamW([p for p in guidance.parameters() if p.requires_grad], lr=cfg.guidance_lr)
         session.track_model("guidance", guidance, [g_opt])
     meta = session.load_checkpoint(ckpt)
-    with session.autocast():
-        after = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
+    for weights in sampling:
+        weights.refresh()
+    after = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
     scorer.close()
     out = {"step": meta["step"], "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}", "feedback": feedback_label(cfg),
            **after["metrics"], **{f"base_{k}": v for k, v in before["metrics"].items()}}

@@ -28,11 +28,12 @@ from distlab.checkpoint import Box
 from distlab.dist import module_checksum
 from distlab.logs import peak_memory
 from distlab.optim_state import adamw
-from distlab.placement import compute_device
+from distlab.placement import DTYPES, compute_device
 from distlab.recipes.lm.batching import micro_batches, sequences
 from distlab.recipes.lm.evaluation import logged_evaluation, paired_fields
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.recipes.lm.loop import run_steps
+from distlab.recipes.lm.models import SamplingCopy
 from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.seeds import rollout_seed
@@ -69,8 +70,6 @@ def train(cfg: ScoreConfig, session) -> dict:
     session.track("schedule", schedule)
     session.track("start_eval", start_eval)
     scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
-    players = Players(m.policy, m.tok, cfg.model.prompt_mode, m.guidance, m.gtok,
-                      cfg.guidance_prompt_mode or cfg.model.prompt_mode)
     step = session.restore()
     if step == 0 and cfg.sft_steps > 0:
         supervised_warmup(session, m.policy, m.tok, tasks, steps=cfg.sft_steps, lr=cfg.sft_lr,
@@ -78,6 +77,10 @@ def train(cfg: ScoreConfig, session) -> dict:
                           seed=cfg.run.seed, chunk_tokens=cfg.logprob_chunk)
         if m.reference is not None:  # KL is measured from the model RL starts from, not from random weights
             m.reference.load_state_dict(unwrap(m.policy).state_dict())
+    sampling = _sampling_copies(cfg, m)  # after restore and warm-up: they copy the weights as they are now
+    players = Players(sampling["policy"].module, m.tok, cfg.model.prompt_mode,
+                      sampling["guidance"].module if m.guidance is not None else None, m.gtok,
+                      cfg.guidance_prompt_mode or cfg.model.prompt_mode)
     evaluate = partial(_evaluate, cfg, session, players, held_out, few_shot, scorer)
     if step == 0 and cfg.evaluation.before:
         start_eval.value = evaluate(step, "eval_start")
@@ -85,6 +88,8 @@ def train(cfg: ScoreConfig, session) -> dict:
     def one_step(step: int) -> dict:
         local = [tasks[i] for i in sampler.next()]
         metrics = score_step(cfg, session, m, opts, players, schedule.stage, local, few_shot, scorer, step)
+        for weights in sampling.values():
+            weights.refresh()
         schedule.advance()
         return metrics
 
@@ -96,6 +101,14 @@ def train(cfg: ScoreConfig, session) -> dict:
         result["eval"] = _with_comparison(evaluate(step, "eval"), start_eval.value)
     scorer.close()
     return result
+
+
+def _sampling_copies(cfg: ScoreConfig, m: Models) -> dict[str, SamplingCopy]:
+    """The weights the policy and the guidance generate from (narrow copies of trained fp32 weights)."""
+    out = {"policy": SamplingCopy(m.policy, DTYPES[cfg.models["policy"].dtype])}
+    if m.guidance is not None:
+        out["guidance"] = SamplingCopy(m.guidance, DTYPES[cfg.models["guidance"].dtype])
+    return out
 
 
 def _optimizers(cfg: ScoreConfig, session, m: Models) -> dict[str, torch.optim.Optimizer]:
@@ -155,10 +168,9 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     temp = cfg.sampling.temperature
-    with session.autocast():  # trained weights are fp32; sampling runs in the compute precision
-        episodes = play(cfg, players, local, few_shot, scorer, n=cfg.num_generations, temperature=temp,
-                        hint_temperature=cfg.hint_temperature, seed=rollout_seed(cfg.run.seed, step, rt.rank),
-                        no_hint=False)  # the no-hint turn 2 is an evaluation diagnostic, not training compute
+    episodes = play(cfg, players, local, few_shot, scorer, n=cfg.num_generations, temperature=temp,
+                    hint_temperature=cfg.hint_temperature, seed=rollout_seed(cfg.run.seed, step, rt.rank),
+                    no_hint=False)  # the no-hint turn 2 is an evaluation diagnostic, not training compute
     times["rollout_s"] = time.perf_counter() - t0
     # ALGO LOGIC: turn rewards of this stage, then per-turn advantages
     device = compute_device(m.policy)
