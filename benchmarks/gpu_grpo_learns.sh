@@ -8,6 +8,10 @@
 set -uo pipefail
 STAGE=${1:?stage 1 or 2}
 TRAIN_S=${TRAIN_S:-400}
+RUN=${RUN:-smol-synth}
+# greedy evaluation during the run: held-out instances of the training families (FAMILIES_TRAIN); FINAL=1 also
+# scores base and trained policy on the held-out families (FAMILIES_EVAL) with `distlab eval`, paired
+TRAIN_FAMILIES=add_const,sub_const,mul_const,mod_const,greater_than,reverse_str,upper_str,repeat_str,count_char,max_of_list,sum_of_list
 source benchmarks/device_setup.sh
 if [ "$STAGE" = 1 ]; then
   stash_gguf
@@ -18,12 +22,16 @@ fi
 join_gguf
 git rev-parse --short HEAD 2>/dev/null; date -u +%FT%TZ
 python3 -m distlab.cli train grpo model.source=$GGUF model.prompt_mode=chat \
-  task.train=synthetic task.train_size=512 task.eval=synthetic task.eval_size=128 \
+  task.train=synthetic task.train_size=512 task.eval=synthetic task.eval_size=128 task.eval_families=$TRAIN_FAMILIES \
   steps=400 prompts_per_step=16 num_generations=8 micro_batch_size=32 lr=5e-6 beta=0.02 \
   sampling.max_completion_length=160 sampling.temperature=1.0 \
   dist.precision=bf16 models.policy.dtype=bf16 models.reference.dtype=bf16 \
   sandbox.workers=14 sandbox.timeout_s=5 ckpt.every=20 log.every=1 log.progress=false \
-  run.dir=/tmp/runs run.name=smol-synth run.time_limit_s=$TRAIN_S --gpus 1 2>&1 | grep -v "^step " | tail -30
-cp /tmp/runs/smol-synth/metrics.jsonl /tmp/runs/smol-synth/summary.json $OUT/ 2>/dev/null
-cp /tmp/runs/smol-synth/eval_step*_problems.json $OUT/ 2>/dev/null
+  run.dir=/tmp/runs run.name=$RUN run.time_limit_s=$TRAIN_S --gpus 1 2>&1 | grep -v "^step " | tail -30
+cp /tmp/runs/$RUN/metrics.jsonl /tmp/runs/$RUN/summary.json $OUT/ 2>/dev/null
+cp /tmp/runs/$RUN/eval_step*_problems.json $OUT/ 2>/dev/null
+if [ "${FINAL:-0}" = 1 ]; then
+  python3 -m distlab.cli eval /tmp/runs/$RUN task.eval_families=affine,poly,less_than,lower_str,min_of_list,count_list task.eval_size=128 --gpus 1 -o /tmp/heldout 2>&1 | tail -14
+  cp /tmp/heldout/eval.json $OUT/heldout_eval.json 2>/dev/null
+fi
 ls $OUT
