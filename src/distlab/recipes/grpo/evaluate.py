@@ -37,7 +37,8 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
     if len(tasks) > 1:
         out.update(paired_fields([r["greedy"] for r in before["per_problem"]], [r["greedy"] for r in after["per_problem"]],
                                  {"delta_pass@1": "diff", "delta_low": "low", "delta_high": "high",
-                                  "delta_significant": "significant", "mcnemar_p": "mcnemar_p"}))
+                                  "delta_significant": "significant", "mcnemar_p": "mcnemar_p",
+                                  "delta_fixed": "candidate_only", "delta_broken": "baseline_only"}))
     if rt.is_main:
         from distlab.atomic import atomic_write_json
 

@@ -185,5 +185,7 @@ def _with_comparison(final: dict, start: dict | None) -> dict:
         metrics.update(paired_fields([r["greedy"] for r in start["per_problem"]],
                                      [r["greedy"] for r in final["per_problem"]],
                                      {"start_pass@1": "mean_baseline", "delta_pass@1": "diff", "delta_low": "low",
-                                      "delta_high": "high", "delta_significant": "significant"}))
+                                      "delta_high": "high", "delta_significant": "significant",
+                                      "delta_fixed": "candidate_only", "delta_broken": "baseline_only",
+                                      "mcnemar_p": "mcnemar_p"}))
     return metrics
