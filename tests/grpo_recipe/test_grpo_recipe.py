@@ -80,6 +80,20 @@ def test_every_loss_type_trains_through_the_recipe(tmp_path, loss_type):
     assert s["status"] == "completed" and s["train"]["global_tokens"] > 0
 
 
+def test_weighted_rewards_schedule_entropy_bonus_and_completion_log_through_the_recipe(tmp_path):
+    run_cli(["train", "grpo", *TINY, "steps=2", "evaluation.before=false", "reward_funcs=[tests,format]",
+             "reward_weights=[1.0,0.5]", "lr_scheduler_type=linear", "entropy_coef=0.01", "log_completions=1",
+             "run.name=rf"], tmp_path)
+    rows = _rows(tmp_path / "runs" / "rf")
+    for r in rows:  # the reward the advantages use is the declared weighted sum of the logged per-function means
+        assert r["reward_mean"] == pytest.approx(r["rewards/tests"] + 0.5 * r["rewards/format"])
+    assert [r["lr"] for r in rows] == pytest.approx([1e-3, 0.5e-3])  # linear to 0 at steps=2, no warm-up
+    logged = _rows(tmp_path / "runs" / "rf", split="completions")
+    assert [r["step"] for r in logged] == [1, 2]
+    table = logged[0]["completions"]
+    assert len(table) == 2 * 4 and {"prompt", "completion", "reward", "tests", "format"} <= set(table[0])
+
+
 def test_seed_flags_are_accepted_as_aliases(workdir):
     proc = run_cli(["train", "grpo", *TINY, "--training_args.max_steps=7", "--training_args.learning_rate=0.0001",
                     "--training_args.per_device_train_batch_size=2",

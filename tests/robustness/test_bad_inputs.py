@@ -162,6 +162,12 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("grpo-loss-type", ["train", "grpo", "loss_type=ppo"], ["loss_type=ppo", "grpo, bnpo, dr_grpo, dapo"]),
     ("score-turn-loss", ["train", "score", "loss_type=dapo"], ["loss_type=dapo", "turn, token"]),
     ("grpo-kl-k1", ["train", "grpo", "kl=k1"], ["kl=k1", "zero expected gradient"]),
+    ("grpo-reward-typo", ["train", "grpo", "reward_funcs=[tets]"], ["tets", "did you mean tests"]),
+    ("grpo-reward-import", ["train", "grpo", "reward_funcs=[nomodule:f]"], ["cannot load nomodule:f"]),
+    ("grpo-reward-weights", ["train", "grpo", "reward_funcs=[tests,format]", "reward_weights=[1]"],
+     ["1 values for 2 reward_funcs"]),
+    ("grpo-overlong-buffer", ["train", "grpo", "reward_funcs=[tests,overlong]", "overlong_buffer=999"],
+     ["overlong_buffer=999"]),
     ("score-kl-k1", ["train", "score", "kl=k1"], ["kl=k1", "zero expected gradient"]),
     # --- eval
     ("eval-missing", ["eval", "runs/nope"], ["does not exist"]),

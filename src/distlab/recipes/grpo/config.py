@@ -4,9 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from distlab.choices import Choice
 from distlab.placement import ModelSettings
 from distlab.recipes.lm.pg_loss import ScaleRewards, SequenceLoss
 from distlab.recipes.lm.settings import LMRecipeConfig
+
+
+class LrSchedule(Choice):
+    """After ``warmup_steps`` of linear warm-up (TRL's ``lr_scheduler_type``)."""
+
+    constant = "constant"
+    linear = "linear"  # to 0 at ``steps``
+    cosine = "cosine"  # to 0 at ``steps``
+
+
+def _tests() -> list[str]:
+    return ["tests"]
 
 
 def _models() -> dict[str, ModelSettings]:
@@ -16,11 +29,19 @@ def _models() -> dict[str, ModelSettings]:
 @dataclass
 class GRPOConfig(LMRecipeConfig):
     warmup_steps: int = 0
+    lr_scheduler_type: LrSchedule = LrSchedule.constant
     beta: float = 0.04  # KL weight; 0 = no reference model is loaded
     epsilon_high: float = 0.0  # 0: same as epsilon (symmetric clipping)
     loss_type: SequenceLoss = SequenceLoss.grpo
     scale_rewards: ScaleRewards = ScaleRewards.group
     mask_truncated_completions: bool = False
+    # rewards: sum_i reward_weights[i] * reward_funcs[i] (lm/reward_funcs.py): tests | format | overlong | module:fn
+    reward_funcs: list[str] = field(default_factory=_tests)
+    reward_weights: list[float] = field(default_factory=list)  # empty: every weight 1
+    reward_timeout_s: float = 10.0  # per call of a user's reward function
+    overlong_buffer: int = 64  # DAPO's soft overlong penalty starts this many tokens before the length limit
+    entropy_coef: float = 0.0  # > 0: an entropy bonus, - entropy_coef x token entropy in the loss
+    log_completions: int = 0  # every N steps, log this rank's sampled completions with their rewards (0 = off)
     models: dict[str, ModelSettings] = field(default_factory=_models)
 
 

@@ -23,9 +23,14 @@ def train(cfg: GRPOConfig, session) -> dict:
 def check(cfg: GRPOConfig, world_size: int) -> None:
     """Settings that cannot work together, named before any process starts."""
     from distlab.recipes.lm.checks import check_groups, check_kl
+    from distlab.recipes.lm.reward_funcs import check_rewards
 
     check_groups(cfg, world_size)
     check_kl(cfg.kl, {"beta": cfg.beta})
+    check_rewards(cfg.reward_funcs, cfg.reward_weights, cfg.reward_timeout_s)
+    if "overlong" in cfg.reward_funcs and not 0 < cfg.overlong_buffer < cfg.sampling.max_completion_length:
+        raise DistlabError(f"overlong_buffer={cfg.overlong_buffer} must lie between 0 and "
+                           f"sampling.max_completion_length={cfg.sampling.max_completion_length} (exclusive)")
     local = cfg.prompts_per_step // world_size * cfg.num_generations
     micro_steps = -(-local // cfg.micro_batch_size)
     accum = cfg.dist.grad_accum

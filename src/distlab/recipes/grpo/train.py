@@ -11,10 +11,13 @@ gradient does not depend on the world size or the micro-batching.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from distlab.checkpoint import Box
 from distlab.dist import module_checksum
@@ -32,9 +35,11 @@ from distlab.recipes.lm.models import SamplingCopy, gathered, load_placed
 from distlab.recipes.lm.pg_loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts, policy_loss,
                                         reward_moments, std_from_moments)
 from distlab.recipes.lm.prompting import prompt_text, stops_for
+from distlab.recipes.lm.reward_funcs import RewardFunctions, Sample
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.seeds import rollout_seed
 from distlab.recipes.lm.task_sets import task_split
+from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.update import frozen_logprobs, policy_update
 from distlab.recipes.lm.warmup import supervised_warmup
 from distlab.sampler import GlobalBatchSampler
@@ -64,10 +69,13 @@ def train(cfg: GRPOConfig, session) -> dict:
     evaluate = partial(_evaluate, cfg, session, sampling.module, tok, held_out, few_shot, scorer)
     if step == 0 and cfg.evaluation.before:
         start_eval.value = evaluate(step, "eval_start")
+    parts = Parts(policy, sampling, reference, opt, tok, few_shot, scorer,
+                  RewardFunctions(cfg.reward_funcs, cfg.reward_weights, mode=cfg.model.prompt_mode,
+                                  max_len=cfg.sampling.max_completion_length, overlong_buffer=cfg.overlong_buffer,
+                                  timeout_s=cfg.reward_timeout_s, pool=scorer.pool))
 
     def one_step(step: int) -> dict:
-        local = [tasks[i] for i in sampler.next()]
-        return grpo_step(cfg, session, policy, sampling, reference, opt, tok, local, few_shot, scorer, step)
+        return grpo_step(cfg, session, parts, [tasks[i] for i in sampler.next()], step)
 
     status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("reward_mean",))
     result = {"status": status, "step": step, "train": last, "world_size": rt.world_size,
@@ -78,38 +86,54 @@ def train(cfg: GRPOConfig, session) -> dict:
     return result
 
 
-def rollout(cfg: GRPOConfig, policy, sampling: SamplingCopy, tok, tasks, prompts, scorer: RewardScorer, seed: int):
-    """G completions per prompt from the sampling weights; returns completions and a future per completion."""
+@dataclass
+class Parts:
+    """What a GRPO step works with: the trained policy, its sampling weights, the reference, the rewards."""
+
+    policy: nn.Module
+    sampling: SamplingCopy
+    reference: nn.Module | None
+    opt: torch.optim.Optimizer
+    tok: Any
+    few_shot: list[Task]
+    scorer: RewardScorer
+    rewards: RewardFunctions
+
+
+def rollout(cfg: GRPOConfig, parts: Parts, tasks: list[Task], prompts: list[str], seed: int):
+    """G completions per prompt from the sampling weights; returns completions and each one's started rewards."""
     chunk = cfg.sampling.chunk_prompts or len(tasks)
-    stops = stops_for(tasks, scorer.mode)
-    comps, futures = [], []
-    with gathered(policy), torch.no_grad():
+    stops = stops_for(tasks, parts.scorer.mode)
+    comps, started = [], []
+    with gathered(parts.policy), torch.no_grad():
         for start in range(0, len(tasks), chunk):
-            part = generate(sampling.module, tok, prompts[start:start + chunk],
+            part = generate(parts.sampling.module, parts.tok, prompts[start:start + chunk],
                             max_new_tokens=cfg.sampling.max_completion_length, temperature=cfg.sampling.temperature,
                             top_p=cfg.sampling.top_p, stop_strings=stops, seed=seed + start, n=cfg.num_generations,
                             backend=cfg.sampling.backend)
             for c in part:
                 c.prompt_index += start
-                futures.append(scorer.submit(tasks[c.prompt_index], c.text))
+                task = tasks[c.prompt_index]
+                sample = Sample(task, prompts[c.prompt_index], c.text, len(c.token_ids), c.truncated)
+                started.append(parts.rewards.submit(sample, partial(parts.scorer.submit, task, c.text)))
             comps += part
-    return comps, futures
+    return comps, started
 
 
-def grpo_step(cfg: GRPOConfig, session, policy, sampling: SamplingCopy, reference, opt, tok, local, few_shot, scorer,
-              step: int) -> dict:
+def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: int) -> dict:
     """One GRPO step on this rank's prompts ``local``; returns the step's metrics (identical on every rank)."""
     rt = session.rt
+    policy, opt = parts.policy, parts.opt
     for g in opt.param_groups:
-        g["lr"] = cfg.lr * lr_factor(step, cfg.warmup_steps, cfg.steps, "constant")
+        g["lr"] = cfg.lr * lr_factor(step, cfg.warmup_steps, cfg.steps, cfg.lr_scheduler_type.value)
     times = {}
     t0 = time.perf_counter()
-    prompts = [prompt_text(t, tok, cfg.model.prompt_mode, few_shot) for t in local]
-    comps, futures = rollout(cfg, policy, sampling, tok, local, prompts, scorer,
-                             rollout_seed(cfg.run.seed, step, rt.rank))
+    prompts = [prompt_text(t, parts.tok, cfg.model.prompt_mode, parts.few_shot) for t in local]
+    comps, started = rollout(cfg, parts, local, prompts, rollout_seed(cfg.run.seed, step, rt.rank))
     times["generate_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    rewards = torch.tensor([f.result() for f in futures], dtype=torch.float64)
+    per_func = parts.rewards.collect(started)
+    rewards = torch.tensor(parts.rewards.total(per_func), dtype=torch.float64)
     times["reward_wait_s"] = time.perf_counter() - t1
     # ALGO LOGIC: advantages within each prompt's group (and the batch std when asked)
     batch_std = None
@@ -117,7 +141,7 @@ def grpo_step(cfg: GRPOConfig, session, policy, sampling: SamplingCopy, referenc
         batch_std = std_from_moments(rt.all_reduce_sum(reward_moments(rewards)))
     adv, zero_var = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards, batch_std=batch_std)
     device = compute_device(policy)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    pad = parts.tok.pad_token_id if parts.tok.pad_token_id is not None else 0
     ids, attn, comp = sequences([c.prompt_ids for c in comps], [c.token_ids for c in comps], pad, device)
     truncated = torch.tensor([c.truncated for c in comps], device=device)
     mask = apply_truncation_mask(comp, truncated) if cfg.mask_truncated_completions else comp
@@ -128,7 +152,7 @@ def grpo_step(cfg: GRPOConfig, session, policy, sampling: SamplingCopy, referenc
     frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=comp, slices=batches,
                      chunk_tokens=cfg.logprob_chunk, temperature=temp, device=device)
     old = frozen(policy if cfg.num_iterations > 1 else None)
-    ref = frozen(reference)
+    ref = frozen(parts.reference)
     times["ref_logprobs_s"] = time.perf_counter() - t2
 
     def micro_loss(m: int):
@@ -138,14 +162,26 @@ def grpo_step(cfg: GRPOConfig, session, policy, sampling: SamplingCopy, referenc
         return policy_loss(logp, old[m], ref[m], adv[sl].to(device).float(), mask[sl], epsilon=cfg.epsilon,
                            epsilon_high=cfg.epsilon_high or cfg.epsilon, beta=cfg.beta, kl=cfg.kl,
                            loss_type=cfg.loss_type, norm=norm, max_completion_length=cfg.sampling.max_completion_length,
-                           world_size=rt.world_size, entropy=ent)
+                           world_size=rt.world_size, entropy=ent, entropy_coef=cfg.entropy_coef)
 
     t3 = time.perf_counter()
     sums, gnorm = policy_update(session, policy, opt, len(batches), micro_loss, iterations=cfg.num_iterations,
                                 max_grad_norm=cfg.clip_grad)
-    sampling.refresh()
+    parts.sampling.refresh()
     times["update_s"] = time.perf_counter() - t3
-    return _step_metrics(rt, cfg, rewards, zero_var, comps, sums, scorer, times, gnorm, norm)
+    if cfg.log_completions and (step + 1) % cfg.log_completions == 0 and rt.is_main:
+        _log_completions(session, step + 1, prompts, comps, per_func, rewards)
+    metrics = _step_metrics(rt, cfg, rewards, zero_var, comps, sums, parts.scorer, times, gnorm, norm)
+    means = rt.reduce_sums({name: sum(v) for name, v in per_func.items()})
+    return {**metrics, **{f"rewards/{name}": total / (len(comps) * rt.world_size) for name, total in means.items()},
+            "lr": opt.param_groups[0]["lr"]}
+
+
+def _log_completions(session, step: int, prompts, comps, per_func: dict[str, list[float]], rewards) -> None:
+    """This rank's sampled completions with every reward, one metrics row (split ``completions``)."""
+    table = [{"prompt": prompts[c.prompt_index], "completion": c.text, "reward": float(rewards[i]),
+              **{name: values[i] for name, values in per_func.items()}} for i, c in enumerate(comps)]
+    session.metrics.log(step, {"completions": table}, split="completions")
 
 
 def _step_metrics(rt, cfg, rewards, zero_var, comps, sums, scorer, times, gnorm, norm: GlobalNorm) -> dict:

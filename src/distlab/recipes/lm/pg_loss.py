@@ -270,7 +270,7 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
                 mask: Tensor | Sequence[Tensor], *, epsilon: float, epsilon_high: float | None = None,
                 beta: float | Tensor = 0.0, kl: str | KLEstimator = "k3", loss_type: str | Enum = "grpo",
                 norm: GlobalNorm, max_completion_length: int | None = None, world_size: int = 1,
-                entropy: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+                entropy: Tensor | None = None, entropy_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
     """This micro-batch's loss, scaled so that the caller contract above gives the exact gradient.
 
     Per token ``l = -min(rho A, clip(rho, 1 - eps, 1 + eps_high) A) + beta * KL`` over ``[B, T]`` tensors,
@@ -297,8 +297,9 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
     use 1 for a SUM reduce or a single process). ``old_logp=None`` means ``logp.detach()``
     (``num_iterations == 1``). ``ref_logp`` is needed when ``beta != 0``; when given with ``beta == 0``
     the KL is still measured for ``stats``. ``entropy`` (``[B, T]``, optional) is only summed into
-    ``stats``. Padded positions are excluded with ``torch.where``, but should hold finite values for
-    the gradient to stay finite.
+    ``stats`` unless ``entropy_coef > 0``, which adds an entropy bonus ``- entropy_coef * entropy`` per token
+    (``entropy`` must then carry gradients). Padded positions are excluded with ``torch.where``, but should
+    hold finite values for the gradient to stay finite.
 
     ``stats`` maps :data:`STAT_KEYS` to detached float64 sums over this micro-batch's unmasked tokens
     (``objective`` is the unscaled share), plus ``kl_seg{i}``/``tokens_seg{i}`` per segment when there
@@ -328,6 +329,10 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
         per_token = pg + (beta.to(pg.dtype) if isinstance(beta, Tensor) else beta) * kl_tok
     else:
         per_token = pg
+    if entropy_coef:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs the per-token entropy")
+        per_token = per_token - entropy_coef * entropy
     masked = torch.where(keep, per_token, torch.zeros_like(per_token))
 
     share = LOSS_NORMALISERS[name](masked, segments, norm, max_completion_length)
