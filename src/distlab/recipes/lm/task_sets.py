@@ -36,3 +36,8 @@ def check_task_data(cfg: TaskConfig) -> None:
         from distlab.recipes.lm.tasks.mbpp import resolve_dir
 
         resolve_dir(cfg.mbpp_dir)
+    for source in (cfg.train, cfg.eval):
+        if source.endswith(".jsonl"):
+            from distlab.recipes.lm.tasks.jsonl import load_jsonl
+
+            load_jsonl(source)  # every line checked here, before a rank reads it
