@@ -221,8 +221,9 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens
     mask[:, :prompt_len] = attention_mask
     positions = position_ids_from_mask(attention_mask)
 
+    key = cache_keyword(model)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+                   use_cache=True, logits_to_keep=1, **{key: cache}).logits[:, -1].float()
     next_pos = positions[:, -1:] + 1
 
     step_fn = _compiled_decode_step(model) if use_compile else None
@@ -259,7 +260,7 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens
         else:
             cur = prompt_len + step + 1  # tokens in the cache once this step's token is in
             logits = model(input_ids=tok[:, None], attention_mask=mask[:, :cur], position_ids=next_pos,
-                           past_key_values=cache, use_cache=True).logits[:, -1].float()
+                           use_cache=True, **{key: cache}).logits[:, -1].float()
         next_pos = next_pos + 1
     return [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist())]
 
@@ -274,6 +275,15 @@ def _rows_with_stop(tokenizer, tokens: torch.Tensor, lengths: torch.Tensor, fini
 
 
 STATIC_LENGTH_BUCKET = 128
+
+
+def cache_keyword(model) -> str:
+    """The forward's name for the KV cache: ``cache`` in newer transformers, ``past_key_values`` before (the old
+    name still works there but warns on every decode step)."""
+    import inspect
+
+    forward = type(unwrap_model(model)).forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def _reusable_static_cache(model, config, batch: int, length: int, device: torch.device):
@@ -300,8 +310,10 @@ def _compiled_decode_step(model):
     for a (batch, cache length), then replayed, so the ~30 layers' kernels launch as one graph."""
     step = model.__dict__.get("_distlab_decode_step")
     if step is None:
+        key = cache_keyword(model)  # looked up once, outside the compiled function
+
         def decode(tok, pos, mask, cache):
-            return model(input_ids=tok, attention_mask=mask, position_ids=pos, past_key_values=cache,
+            return model(input_ids=tok, attention_mask=mask, position_ids=pos, **{key: cache},
                          use_cache=True).logits[:, -1]
 
         step = torch.compile(decode, mode="reduce-overhead", fullgraph=False, dynamic=False)
