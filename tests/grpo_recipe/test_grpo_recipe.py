@@ -94,6 +94,17 @@ def test_weighted_rewards_schedule_entropy_bonus_and_completion_log_through_the_
     assert len(table) == 2 * 4 and {"prompt", "completion", "reward", "tests", "format"} <= set(table[0])
 
 
+def test_dynamic_sampling_refills_groups_and_keeps_two_ranks_in_step(tmp_path):
+    """The tiny model's groups mostly agree (all wrong): every step refills, the two ranks stay in step."""
+    run_cli(["train", "grpo", *TINY, "steps=2", "evaluation.before=false", "dynamic_sampling=true",
+             "max_refill_rounds=2", "beta=0", "run.name=ds", "--procs", "2"], tmp_path)
+    s = summary(tmp_path / "runs" / "ds")
+    assert s["status"] == "completed" and s["world_size"] == 2
+    rows = _rows(tmp_path / "runs" / "ds")
+    assert all(1 <= r["refill_rounds"] <= 2 for r in rows), [r["refill_rounds"] for r in rows]
+    assert all(r["global_tokens"] > 0 for r in rows)
+
+
 def test_seed_flags_are_accepted_as_aliases(workdir):
     proc = run_cli(["train", "grpo", *TINY, "--training_args.max_steps=7", "--training_args.learning_rate=0.0001",
                     "--training_args.per_device_train_batch_size=2",

@@ -166,6 +166,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("grpo-reward-import", ["train", "grpo", "reward_funcs=[nomodule:f]"], ["cannot load nomodule:f"]),
     ("grpo-reward-weights", ["train", "grpo", "reward_funcs=[tests,format]", "reward_weights=[1]"],
      ["1 values for 2 reward_funcs"]),
+    ("grpo-refill-rounds", ["train", "grpo", "dynamic_sampling=true", "max_refill_rounds=0"], ["max_refill_rounds=0"]),
     ("grpo-overlong-buffer", ["train", "grpo", "reward_funcs=[tests,overlong]", "overlong_buffer=999"],
      ["overlong_buffer=999"]),
     ("score-kl-k1", ["train", "score", "kl=k1"], ["kl=k1", "zero expected gradient"]),

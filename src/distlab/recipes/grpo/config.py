@@ -41,6 +41,8 @@ class GRPOConfig(LMRecipeConfig):
     reward_timeout_s: float = 10.0  # per call of a user's reward function
     overlong_buffer: int = 64  # DAPO's soft overlong penalty starts this many tokens before the length limit
     entropy_coef: float = 0.0  # > 0: an entropy bonus, - entropy_coef x token entropy in the loss
+    dynamic_sampling: bool = False  # DAPO: refill groups whose rewards all agree, up to max_refill_rounds times
+    max_refill_rounds: int = 3
     log_completions: int = 0  # every N steps, log this rank's sampled completions with their rewards (0 = off)
     models: dict[str, ModelSettings] = field(default_factory=_models)
 

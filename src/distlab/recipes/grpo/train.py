@@ -75,7 +75,7 @@ def train(cfg: GRPOConfig, session) -> dict:
                                   timeout_s=cfg.reward_timeout_s, pool=scorer.pool))
 
     def one_step(step: int) -> dict:
-        return grpo_step(cfg, session, parts, [tasks[i] for i in sampler.next()], step)
+        return grpo_step(cfg, session, parts, [tasks[i] for i in sampler.next()], step, tasks)
 
     status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("reward_mean",))
     result = {"status": status, "step": step, "train": last, "world_size": rt.world_size,
@@ -120,21 +120,74 @@ def rollout(cfg: GRPOConfig, parts: Parts, tasks: list[Task], prompts: list[str]
     return comps, started
 
 
-def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: int) -> dict:
+@dataclass
+class Group:
+    """One prompt's G completions and every reward of each (what dynamic sampling keeps or replaces)."""
+
+    prompt: str
+    comps: list
+    values: dict[str, list[float]]
+    total: list[float]
+
+    @property
+    def informative(self) -> bool:
+        return max(self.total) != min(self.total)  # equal rewards: every advantage is 0
+
+
+def sample_groups(cfg: GRPOConfig, parts: Parts, local: list[Task], seed: int, times: dict[str, float]
+                  ) -> list[Group]:
+    """G completions of each prompt, scored by every reward function, one :class:`Group` per prompt."""
+    t0 = time.perf_counter()
+    prompts = [prompt_text(t, parts.tok, cfg.model.prompt_mode, parts.few_shot) for t in local]
+    comps, started = rollout(cfg, parts, local, prompts, seed)
+    t1 = time.perf_counter()
+    values = parts.rewards.collect(started)
+    times["generate_s"] = times.get("generate_s", 0.0) + t1 - t0
+    times["reward_wait_s"] = times.get("reward_wait_s", 0.0) + time.perf_counter() - t1
+    total = parts.rewards.total(values)
+    g = cfg.num_generations
+    return [Group(prompts[i], comps[i * g:(i + 1) * g], {k: v[i * g:(i + 1) * g] for k, v in values.items()},
+                  total[i * g:(i + 1) * g]) for i in range(len(local))]
+
+
+def refill(cfg: GRPOConfig, session, parts: Parts, groups: list[Group], tasks: list[Task], step: int,
+           times: dict[str, float]) -> tuple[list[Group], int]:
+    """DAPO's dynamic sampling: replace groups whose rewards all agree by groups of fresh prompts.
+
+    Rounds continue while any rank still lacks informative groups, at most ``max_refill_rounds``, and every rank
+    runs every round (the decision is one collective), so ranks stay in step; each keeps exactly as many groups
+    as it had, informative ones first, so every rank runs the same number of micro-batches. Fresh prompts are
+    drawn from a generator seeded by (seed, step, rank, round): a resumed run draws the same ones.
+    """
+    rt, want = session.rt, len(groups)
+    keep = [grp for grp in groups if grp.informative]
+    spare = [grp for grp in groups if not grp.informative]
+    rounds = 0
+    while rounds < cfg.max_refill_rounds and rt.any_flags(len(keep) < want)[0]:
+        rounds += 1
+        gen = torch.Generator().manual_seed(rollout_seed(cfg.run.seed, step, rt.rank) + 7_919 * rounds)
+        fresh = [tasks[int(i)] for i in torch.randint(len(tasks), (want,), generator=gen)]
+        seed = rollout_seed(cfg.run.seed, step, rt.rank) + 104_729 * rounds
+        for grp in sample_groups(cfg, parts, fresh, seed, times):
+            (keep if grp.informative else spare).append(grp)
+    return (keep + spare)[:want], rounds
+
+
+def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: int, tasks: list[Task]) -> dict:
     """One GRPO step on this rank's prompts ``local``; returns the step's metrics (identical on every rank)."""
     rt = session.rt
     policy, opt = parts.policy, parts.opt
     for g in opt.param_groups:
         g["lr"] = cfg.lr * lr_factor(step, cfg.warmup_steps, cfg.steps, cfg.lr_scheduler_type.value)
-    times = {}
-    t0 = time.perf_counter()
-    prompts = [prompt_text(t, parts.tok, cfg.model.prompt_mode, parts.few_shot) for t in local]
-    comps, started = rollout(cfg, parts, local, prompts, rollout_seed(cfg.run.seed, step, rt.rank))
-    times["generate_s"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    per_func = parts.rewards.collect(started)
-    rewards = torch.tensor(parts.rewards.total(per_func), dtype=torch.float64)
-    times["reward_wait_s"] = time.perf_counter() - t1
+    times: dict[str, float] = {}
+    groups = sample_groups(cfg, parts, local, rollout_seed(cfg.run.seed, step, rt.rank), times)
+    rounds = 0
+    if cfg.dynamic_sampling:
+        groups, rounds = refill(cfg, session, parts, groups, tasks, step, times)
+    comps = [c for grp in groups for c in grp.comps]
+    prompts = [grp.prompt for grp in groups for _ in grp.comps]
+    per_func = {k: [v for grp in groups for v in grp.values[k]] for k in groups[0].values} if groups else {}
+    rewards = torch.tensor([r for grp in groups for r in grp.total], dtype=torch.float64)
     # ALGO LOGIC: advantages within each prompt's group (and the batch std when asked)
     batch_std = None
     if cfg.scale_rewards == "batch":
@@ -172,14 +225,14 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     if cfg.log_completions and (step + 1) % cfg.log_completions == 0 and rt.is_main:
         _log_completions(session, step + 1, prompts, comps, per_func, rewards)
     metrics = _step_metrics(rt, cfg, rewards, zero_var, comps, sums, parts.scorer, times, gnorm, norm)
-    means = rt.reduce_sums({name: sum(v) for name, v in per_func.items()})
-    return {**metrics, **{f"rewards/{name}": total / (len(comps) * rt.world_size) for name, total in means.items()},
-            "lr": opt.param_groups[0]["lr"]}
+    means = rt.reduce_sums({name: sum(v) for name, v in per_func.items()} | {"refill_rounds": float(rounds)})
+    return {**metrics, **{f"rewards/{name}": means[name] / (len(comps) * rt.world_size) for name in per_func},
+            "lr": opt.param_groups[0]["lr"], "refill_rounds": means["refill_rounds"] / rt.world_size}
 
 
 def _log_completions(session, step: int, prompts, comps, per_func: dict[str, list[float]], rewards) -> None:
     """This rank's sampled completions with every reward, one metrics row (split ``completions``)."""
-    table = [{"prompt": prompts[c.prompt_index], "completion": c.text, "reward": float(rewards[i]),
+    table = [{"prompt": prompts[i], "completion": c.text, "reward": float(rewards[i]),
               **{name: values[i] for name, values in per_func.items()}} for i, c in enumerate(comps)]
     session.metrics.log(step, {"completions": table}, split="completions")
 
