@@ -198,10 +198,16 @@ def find_preset(name: str, presets_dir: Path | None) -> Path:
     raise DistlabError(f"config file '{name}' not found; pass a path to a .yaml file")
 
 
-def compose(cls: type, presets: list[Path] = (), overrides: list[str] = ()) -> DictConfig:
-    """Schema <- presets (in order) <- ``key=value`` overrides, each validated against the schema."""
+def compose(cls: type, presets: list[Path] = (), overrides: list[str] = (),
+            aliases: dict[str, str] | None = None) -> DictConfig:
+    """Schema <- presets (in order) <- ``key=value`` overrides, each validated against the schema.
+
+    ``aliases`` maps a recipe's older key names to their current ones (``gradient_accumulation_steps`` ->
+    ``dist.grad_accum``), in config files and overrides alike; flag-style aliases (``--x``) are the CLI's.
+    """
     cfg = OmegaConf.structured(cls)
     placed = "models" in {f.name for f in fields(cls)}
+    renamed = {k: v for k, v in (aliases or {}).items() if not k.startswith("-")}
     for p in presets:
         try:
             data = OmegaConf.load(p)
@@ -212,6 +218,7 @@ def compose(cls: type, presets: list[Path] = (), overrides: list[str] = ()) -> D
                                f"mapping; write it as key: value lines (e.g. steps: 100)")
         if placed:
             data = _placement_into_models(data)
+        data = _renamed_keys(data, renamed)
         try:
             cfg = OmegaConf.merge(cfg, data)
         except OmegaConfBaseException as exc:
@@ -221,6 +228,9 @@ def compose(cls: type, presets: list[Path] = (), overrides: list[str] = ()) -> D
             raise DistlabError(f"override '{item}' is not key=value (example: lr=1e-4 arch.H_cycles=4)")
         if placed:
             item = _PLACEMENT_KEY.sub(r"models.\1.placement=", item, count=1)
+        key, sep, value = item.partition("=")
+        if key.strip() in renamed:
+            item = f"{renamed[key.strip()]}{sep}{value}"
         _check_boolean(cfg, item)
         try:
             cfg.merge_with(OmegaConf.from_dotlist([item]))
@@ -244,6 +254,17 @@ def _placement_into_models(data: DictConfig) -> DictConfig:
         raise DistlabError(f"placement: holds {moved!r}; write models.<name>.placement: device|cpu|offload|cuda:N")
     for name, spec in moved.items():
         OmegaConf.update(data, f"models.{name}.placement", spec, merge=True)
+    return data
+
+
+def _renamed_keys(data: DictConfig, renamed: dict[str, str]) -> DictConfig:
+    """A config file's top-level keys under their older names, moved to the current ones."""
+    old = [k for k in renamed if k in data]
+    if not old:
+        return data
+    data = data.copy()
+    for key in old:
+        OmegaConf.update(data, renamed[key], data.pop(key), merge=True)
     return data
 
 
@@ -334,7 +355,7 @@ def resolve_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any
     so the value checks live here and a bad number never reaches a process that would crash on it.
     """
     paths = [find_preset(p, recipe.presets_dir) for p in presets]
-    cfg = to_object(compose(recipe.config, paths, overrides))
+    cfg = to_object(compose(recipe.config, paths, overrides, getattr(recipe, "aliases", None)))
     check_values(recipe, cfg)
     return cfg
 

@@ -82,3 +82,20 @@ def test_switches_take_yes_no_words_only():
     for text in ("2", "0", "1", "maybe", ""):
         with pytest.raises(DistlabError, match=f"dist.compile={text} is not a boolean"):
             compose(ToyConfig, overrides=[f"dist.compile={text}"])
+
+
+def test_old_spellings_in_files_and_overrides_map_to_current_keys(tmp_path):
+    """A GRPO config written before placement and accumulation moved keeps working, in a file or on the line."""
+    from distlab.config import resolve_config
+    from distlab.recipe import load_recipe
+
+    old = tmp_path / "old.yaml"
+    old.write_text("gradient_accumulation_steps: 8\nplacement:\n  reference: cpu\n")
+    cfg = resolve_config(load_recipe("grpo"), [str(old)], [])
+    assert cfg.dist.grad_accum == 8 and cfg.models["reference"].placement == "cpu"
+    cfg = resolve_config(load_recipe("grpo"), [], ["gradient_accumulation_steps=4", "placement.policy=cpu"])
+    assert cfg.dist.grad_accum == 4 and cfg.models["policy"].placement == "cpu"
+    with pytest.raises(DistlabError, match="this recipe has no model 'banana'|unknown config key"):
+        from distlab.placement import check_config
+
+        check_config(resolve_config(load_recipe("grpo"), [], ["placement.banana=cpu"]), 1, 0)
