@@ -26,7 +26,7 @@ from distlab.lr_schedule import lr_factor
 from distlab.optim_state import adamw
 from distlab.placement import DTYPES, compute_device
 from distlab.recipes.grpo.config import GRPOConfig
-from distlab.recipes.lm.batching import micro_batches, sequences
+from distlab.recipes.lm.batching import by_length, micro_batches, sequences
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, logged_evaluation, paired_fields
 from distlab.recipes.lm.generate import generate
 from distlab.recipes.lm.logprobs import logprobs
@@ -195,12 +195,16 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     adv, zero_var = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards, batch_std=batch_std)
     device = compute_device(policy)
     pad = parts.tok.pad_token_id if parts.tok.pad_token_id is not None else 0
-    ids, attn, comp = sequences([c.prompt_ids for c in comps], [c.token_ids for c in comps], pad, device)
-    truncated = torch.tensor([c.truncated for c in comps], device=device)
+    # the update sees the completions sorted by length, each micro-batch cut to its own widest row
+    order = by_length([len(c.prompt_ids) + len(c.token_ids) for c in comps])
+    ordered = [comps[i] for i in order.tolist()]
+    adv = adv[order]
+    ids, attn, comp = sequences([c.prompt_ids for c in ordered], [c.token_ids for c in ordered], pad, device)
+    truncated = torch.tensor([c.truncated for c in ordered], device=device)
     mask = apply_truncation_mask(comp, truncated) if cfg.mask_truncated_completions else comp
     norm = GlobalNorm.from_counts(rt.all_reduce_sum(local_counts(mask)).cpu())
     t2 = time.perf_counter()
-    batches = micro_batches(len(comps), cfg.micro_batch_size)
+    batches = micro_batches(len(comps), cfg.micro_batch_size, attn)
     temp = cfg.sampling.temperature
     frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=comp, slices=batches,
                      chunk_tokens=cfg.logprob_chunk, temperature=temp, device=device)
@@ -212,7 +216,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
         sl = batches[m]
         logp, ent = logprobs(policy, ids[sl], attn[sl], comp[sl], chunk_tokens=cfg.logprob_chunk, temperature=temp,
                              entropy=True)
-        return policy_loss(logp, old[m], ref[m], adv[sl].to(device).float(), mask[sl], epsilon=cfg.epsilon,
+        return policy_loss(logp, old[m], ref[m], adv[sl[0]].to(device).float(), mask[sl], epsilon=cfg.epsilon,
                            epsilon_high=cfg.epsilon_high or cfg.epsilon, beta=cfg.beta, kl=cfg.kl,
                            loss_type=cfg.loss_type, norm=norm, max_completion_length=cfg.sampling.max_completion_length,
                            world_size=rt.world_size, entropy=ent, entropy_coef=cfg.entropy_coef)

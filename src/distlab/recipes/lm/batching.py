@@ -21,6 +21,20 @@ def sequences(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad:
     return ids.to(device), attn.to(device), comp.to(device)
 
 
-def micro_batches(n: int, size: int) -> list[slice]:
-    """Consecutive slices of at most ``size`` rows covering ``n`` rows."""
-    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+def micro_batches(n: int, size: int, attn: torch.Tensor | None = None) -> list:
+    """Consecutive slices of at most ``size`` rows covering ``n`` rows.
+
+    With the (right-padded) attention mask ``attn``, each is a ``(rows, columns)`` pair that also cuts the
+    padding columns beyond the micro-batch's own widest row: a batch padded to its longest sequence otherwise
+    spends the forward and backward of every micro-batch on that one sequence's length.
+    """
+    rows = [slice(i, min(n, i + size)) for i in range(0, n, size)]
+    if attn is None:
+        return rows
+    widths = attn.sum(dim=-1)
+    return [(r, slice(0, int(widths[r].max()))) for r in rows]
+
+
+def by_length(lengths: list[int]) -> torch.Tensor:
+    """The row order that sorts sequences by length, so micro-batches hold sequences of similar width."""
+    return torch.tensor(sorted(range(len(lengths)), key=lambda i: lengths[i]), dtype=torch.long)

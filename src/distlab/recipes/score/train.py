@@ -188,7 +188,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     norm = GlobalNorm.from_counts(rt.all_reduce_sum(step_counts(roles)).cpu())
     times["advantage_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    batches = micro_batches(len(episodes), cfg.micro_batch_size)
+    batches = micro_batches(len(episodes), cfg.micro_batch_size, attn)  # each cut to its own widest episode
     frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=train_mask, slices=batches,
                      chunk_tokens=cfg.logprob_chunk, temperature=temp, device=device)
     old = frozen(m.policy if cfg.num_iterations > 1 else None)
@@ -227,13 +227,13 @@ def _guidance_update(cfg: ScoreConfig, session, m: Models, g_opt, episodes: list
     ids, attn, comp = sequences([ep.hint_prompt_ids for ep in episodes], [ep.hint.token_ids for ep in episodes],
                                 pad, device)
     norm = GlobalNorm.from_counts(rt.all_reduce_sum(local_counts(comp)).cpu())
-    batches = micro_batches(len(episodes), cfg.micro_batch_size)
+    batches = micro_batches(len(episodes), cfg.micro_batch_size, attn)
 
     def micro_loss(k: int):
         sl = batches[k]
         logp, _ = logprobs(m.guidance, ids[sl], attn[sl], comp[sl], chunk_tokens=cfg.logprob_chunk,
                            temperature=cfg.hint_temperature)
-        return policy_loss(logp, None, None, adv[sl].to(device), comp[sl], epsilon=cfg.epsilon, loss_type="grpo",
+        return policy_loss(logp, None, None, adv[sl[0]].to(device), comp[sl], epsilon=cfg.epsilon, loss_type="grpo",
                            norm=norm, world_size=rt.world_size)
 
     sums, _ = policy_update(session, m.guidance, g_opt, len(batches), micro_loss, max_grad_norm=cfg.clip_grad)
