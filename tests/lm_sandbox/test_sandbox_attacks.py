@@ -8,11 +8,86 @@ import subprocess
 import sys
 import time
 
-from sandbox_helpers import leftovers, my_zombies
+import pytest
+from sandbox_helpers import TOKEN_ATTACKS, leftovers, my_zombies
 
 from distlab.recipes.lm.sandbox import Sandbox
+from distlab.recipes.lm.sandbox.runner import EXIT_ATTEMPT, TEST_FAILED, UNTRUSTED
 
 PASSING_TESTS = "assert True\n"
+
+
+@pytest.fixture(scope="module")
+def slow_box():
+    """Reading a whole address space takes a while: 5 s, so that every attack gets to the end of its search."""
+    with Sandbox(timeout_s=5.0, workers=2) as b:
+        yield b
+    assert not leftovers(b)
+
+
+@pytest.mark.parametrize("name", sorted(TOKEN_ATTACKS))
+def test_the_token_is_out_of_the_programs_reach(slow_box, name):
+    """Frames, gc, inspect, tracebacks, /proc/self, /proc/<parent> and ptrace find no token, so printing what they
+    found and exiting 0 is an exit attempt; a patched module is not the one the tests' comparisons use."""
+    program, tests = TOKEN_ATTACKS[name]
+    before = slow_box.stats["suspected_hacks"]
+    r = slow_box.run(program, tests)
+    assert not r.passed and r.status == "failed", r
+    if name.startswith("patch_"):
+        assert r.returncode == TEST_FAILED and "AssertionError" in r.stderr_tail, r
+    else:
+        assert r.returncode == EXIT_ATTEMPT and "exited (status 0) before the tests completed" in r.stderr_tail, r
+        assert slow_box.stats["suspected_hacks"] == before + 1
+
+
+def test_the_judge_cannot_be_read_or_signalled_from_the_program(box):
+    """The judge (the program's parent) is not dumpable: its /proc files refuse the program, and the program has
+    no capabilities that would override that; its signals do not reach it (the first process of the namespace)."""
+    probe = """
+import os, signal
+def denied(path):
+    try:
+        open(path, 'rb').read(1)
+        return False
+    except PermissionError:
+        return True
+ppid = os.getppid()
+refused = [denied('/proc/%d/%s' % (ppid, f)) for f in ('mem', 'environ', 'fd/0', 'fd/1')]
+listing = denied('/proc/%d/fd' % ppid) or not os.access('/proc/%d/fd' % ppid, os.R_OK)
+caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapPrm', 'CapBnd'))]
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGSTOP, signal.SIGKILL):
+    try:
+        os.kill(ppid, sig)
+    except OSError:
+        pass
+"""
+    tests = "assert refused == [True, True, True, True] and listing\nassert caps == ['0' * 16] * 3, caps\n"
+    r = box.run(probe, tests)
+    assert r.passed, r
+
+
+def test_forged_frames_from_the_program_are_refused(box):
+    """The program can write to the host's reply pipe: what it sends is decoded as data only, and anything but a
+    literal of built-in values and handles ends the run as untrusted."""
+    frame = "import os\ndef add(a, b):\n    return a - b\ndef forge(text):\n    data = text.encode()\n" \
+            "    os.write(4, len(data).to_bytes(8, 'big') + data)\n"
+    forged = [
+        "forge(\"('loaded',{'add':__import__('os').system('true')})\")\n",  # a call that is not ours
+        "forge(\"('loaded',{'add':B('eval')})\")\n",  # builtins by name: inert values only
+        "forge(\"('loaded',{'add':(lambda: 1)})\")\n",
+        "forge(\"('loaded',{'add':CB(0)})\")\n",  # a handle of the judge's it never gave out
+        "forge(\"('loaded',{'add':1} if True else 0)\")\n",
+        "forge(\"('ok',3,())\")\n",  # a reply to nothing
+        "os.write(4, (1 << 40).to_bytes(8, 'big'))\n",  # a frame longer than the judge accepts
+    ]
+    # during a call: a request to run something of the judge's that is not a callable it sent
+    in_call = frame.replace("def add(a, b):\n    return a - b\n", "") + \
+        "def add(a, b):\n    forge(\"('call',B('exec'),('print(1)',),{})\")\n    import time\n    time.sleep(5)\n"
+    results = box.run_many([(frame + f, "assert add(1, 2) == 3\n") for f in forged]
+                           + [(in_call, "assert add(1, 2) == 3\n")])
+    for text, r in zip(forged + [in_call], results):
+        assert not r.passed and r.status == "failed" and r.returncode == UNTRUSTED, (text, r)
+        assert "protocol error" in r.stderr_tail, (text, r)
 
 
 def test_infinite_loop_and_sleep_time_out_near_the_limit(box):
@@ -206,7 +281,7 @@ procs = [p for p in os.listdir('/proc') if p.isdigit()]
 env.pop('LC_CTYPE', None)  # set by Python itself when it coerces the C locale to UTF-8
 assert sorted(env) == ['HOME', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PATH', 'TMPDIR']
 assert env['HOME'] == cwd and env['OMP_NUM_THREADS'] == '1'
-assert uid != 0 and pid == 1 and procs == ['1']
+assert uid != 0 and pid == 2 and procs == ['1', '2']  # the judge is 1, the program's host 2
 assert os.listdir('.') == []
 """
     if os.geteuid() != 0:
@@ -243,3 +318,37 @@ def test_the_tree_dies_with_the_process_that_started_it():
         time.sleep(0.05)
     assert running() == []
     shutil.rmtree(root, ignore_errors=True)  # its owner died before it could remove it
+
+
+@pytest.mark.parametrize("level", ["auto", "rlimits"])
+def test_a_program_killed_by_a_signal_is_reported_as_before(level):
+    """The judge reports its host's signal death as its own (a PID namespace's first process cannot signal itself,
+    so there it exits with 128 + the signal): SIGXCPU is a timeout, other signals a kill, never a pass."""
+    kill = "import os, signal\ndef add(a, b):\n    os.kill(os.getpid(), signal.{sig})\n"
+    with Sandbox(timeout_s=2, workers=2, isolation=level) as b:
+        results = b.run_many([(kill.format(sig=sig), "assert add(1, 2) == 3\n")
+                              for sig in ("SIGKILL", "SIGXCPU", "SIGSEGV", "SIGTERM")])
+        assert not leftovers(b)
+    assert [r.status for r in results] == ["killed", "timeout", "killed", "killed"], results
+    assert all(not r.passed and r.seconds < 1.5 for r in results), results
+
+
+def test_the_judge_imports_no_module_the_program_wrote(box):
+    """The judge re-imports the program's modules by name: never from the working directory, /tmp or a path the
+    program added (a module it wrote would run in the judge, next to the token)."""
+    program = """
+import os, sys, tempfile
+code = "import os\\nos.write(1, b'EVIL RAN IN THE JUDGE\\\\n')\\nos._exit(0)\\n"
+for folder in (os.getcwd(), tempfile.gettempdir()):
+    with open(os.path.join(folder, 'sbx_evil_mod.py'), 'w') as fh:
+        fh.write(code.replace('os._exit(0)', 'pass'))
+sys.path.insert(0, os.getcwd())
+import sbx_evil_mod
+def add(a, b):
+    return a - b
+"""
+    tests = "import sys\nassert '' not in sys.path and not any('work' in p for p in sys.path)\nassert add(1, 2) == 3\n"
+    r = box.run(program, tests)
+    assert not r.passed and r.status == "failed", r
+    assert r.stdout_tail.count("EVIL RAN IN THE JUDGE") == 1  # in the host, when the program imported it
+    assert "tests.py\", line 3" in r.stderr_tail, r  # the judge got to the last assert: its own path was clean

@@ -1,11 +1,15 @@
-"""1,000 runs of honest programs and attacks, shuffled, on parallel slots: no false pass, no escape, nothing left."""
+"""1,000 runs of honest programs and attacks, shuffled, on parallel slots: no false pass, no escape, nothing left.
+
+The token attacks (frames, gc, inspect, tracebacks, /proc, ptrace, a patched math.isclose) each passed or could pass
+when the program shared an interpreter with the runner's token; see ``sandbox_helpers.TOKEN_ATTACKS``.
+"""
 
 import random
 import socket
 import time
 from collections import Counter
 
-from sandbox_helpers import leftovers, my_zombies
+from sandbox_helpers import TOKEN_ATTACKS, leftovers, my_zombies
 
 from distlab.recipes.lm.sandbox import Sandbox
 
@@ -18,12 +22,14 @@ TESTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
 def _kinds(port: int, marker_dir: str, precious: str) -> dict[str, tuple[int, bool, str, str]]:
     """name -> (how many, may it pass, program, tests). A pass of a 'may not' kind is a false pass."""
     liar = "class L:\n    def __eq__(s, o): return True\n    def __bool__(s): return True\n"
+    # 8 of each token attack (16 kinds), taken from the honest, wrong and exit kinds
+    attacks = {f"token_{name}": (8, False, *job) for name, job in TOKEN_ATTACKS.items()}
     return {
-        "honest": (310, True, ADD, TESTS),
-        "wrong": (90, False, WRONG, TESTS),
+        "honest": (230, True, ADD, TESTS),
+        "wrong": (62, False, WRONG, TESTS),
         "syntax": (40, False, "def add(a, b)\n    return a + b\n", TESTS),
-        "sys_exit": (40, False, WRONG + "import sys\nsys.exit(0)\n", TESTS),
-        "os_exit": (40, False, WRONG + "import os\nos._exit(0)\n", TESTS),
+        "sys_exit": (30, False, WRONG + "import sys\nsys.exit(0)\n", TESTS),
+        "os_exit": (30, False, WRONG + "import os\nos._exit(0)\n", TESTS),
         "exit_in_tests": (20, False, "import os\ndef add(a, b):\n    os._exit(0)\n", TESTS),
         "always_equal": (40, False, liar + "def add(a, b):\n    return L()\n", TESTS),
         "truthy": (20, False, liar + "def add(a, b):\n    return L()\n", "assert add(1, 1)\n"),
@@ -56,6 +62,7 @@ def _kinds(port: int, marker_dir: str, precious: str) -> dict[str, tuple[int, bo
         "sleep": (12, False, "import time\ntime.sleep(100)\n", TESTS),
         "fork_bomb": (6, False, "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
                                 "        pass\n", TESTS),
+        **attacks,
     }
 
 
@@ -101,5 +108,9 @@ def test_thousand_runs_no_false_pass_no_escape_nothing_left(shared_dir):
     assert honest["passed"] >= 0.98 * kinds["honest"][0] and set(honest) <= {"passed", "timeout"}, summary
     assert by_kind["loop"] == {"timeout": 12} and by_kind["sleep"] == {"timeout": 12}, summary
     assert by_kind["memory"] == {"memory": 50}, summary
-    assert stats["runs"] == RUNS and stats["suspected_hacks"] >= 40 + 40 + 20 + 40 + 20, stats
+    # the exits, liars and the 14 token attacks that exit 0 (each one is an exit attempt now)
+    assert stats["runs"] == RUNS and stats["suspected_hacks"] >= 30 + 30 + 20 + 40 + 20 + 14 * 8, stats
+    for name in TOKEN_ATTACKS:
+        # reading all of its own memory may take longer than 0.75 s on a busy machine: a timeout is no pass either
+        assert set(by_kind[f"token_{name}"]) <= {"failed", "timeout"}, (name, by_kind[f"token_{name}"])
     print(f"\n{RUNS} runs in {elapsed:.1f}s ({RUNS / elapsed:.1f}/s): {summary}")

@@ -32,6 +32,12 @@ BOMB = "import os\\nwhile True:\\n    try:\\n        os.fork()\\n    except OSEr
 DAEMON = ("import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n    if os.fork() == 0:\\n        time.sleep(2)\\n"
           "        open({target!r}, 'w').write('escaped')\\n    os._exit(0)\\n")
 NET = "import socket\\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\\n"
+# root of the user namespace, the judge keeps its capabilities; the program's process must have none, and so
+# cannot read the judge's memory
+CAPS = ("import os\\ncaps = [l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapPrm'))]\\n"
+        "try:\\n    open('/proc/%d/mem' % os.getppid(), 'rb').read(1)\\n    readable = True\\n"
+        "except OSError:\\n    readable = False\\n")
+CAPS_TESTS = "assert caps == ['0' * 16] * 2 and not readable and os.getuid() == 0\\n"
 out = {{}}
 try:
     Sandbox(isolation="namespaces")
@@ -41,7 +47,8 @@ except DistlabError as exc:
 with Sandbox(timeout_s=1, workers=2, max_procs=16) as box:
     out["auto"] = box.isolation.level
     # the bomb alone: under userns every slot shares the caller's uid, and with it the process limit
-    runs = box.run_many([(ADD, GOOD), (ADD, BAD), (DAEMON, "assert True"), (NET, "assert True")])
+    runs = box.run_many([(ADD, GOOD), (ADD, BAD), (DAEMON, "assert True"), (NET, "assert True"),
+                         (CAPS, CAPS_TESTS)])
     runs.append(box.run(BOMB, "assert True"))
     out["auto_runs"] = [r.status for r in runs]
     out["stderr"] = [r.stderr_tail[-300:] for r in runs]
@@ -88,7 +95,7 @@ def test_userns_and_rlimits_as_an_unprivileged_user(shared_dir):
         server.close()
     assert "sandbox.isolation=namespaces is not available" in out["namespaces"]
     assert out["auto"] == "userns"
-    assert out["auto_runs"] == ["passed", "failed", "passed", "error", "timeout"], out["stderr"]
+    assert out["auto_runs"] == ["passed", "failed", "passed", "error", "passed", "timeout"], out["stderr"]
     assert out["rlimits_runs"] == ["passed", "failed"]
     levels = dict((msg.split()[2], lvl) for lvl, msg in out["logged"] if msg.startswith("sandbox isolation:"))
     assert levels == {"userns": "INFO"}

@@ -7,24 +7,40 @@ files, a PID and network namespace of its own where the machine allows it (see :
 unprivileged uid per worker slot. At the wall-clock deadline the namespace's first process is killed, which makes
 the kernel kill everything in the namespace, ``setsid`` daemons included.
 
-Why a pass cannot be faked by exiting early or lying about equality (see :mod:`.runner`): the runner gets a random
-token on stdin and prints it only after the last test statement has run; a pass needs exit status 0 *and* the token.
-Every comparison in an ``assert`` is rewritten to trust only exact built-in value types (containers recursively),
-so an object whose ``__eq__`` always says True fails; the runner keeps its own references to every builtin it uses
-and gives the tests a copy of the builtins taken before the program ran.
+Why a pass cannot be faked (see :mod:`.runner`): a pass needs exit status 0 *and* a random token the parent sends
+on stdin, and the token never shares an interpreter with the program, since any secret inside the interpreter that
+runs untrusted code is reachable (frames, ``gc``, ``ctypes``, ``/proc/self/mem``). The trust boundary is between
+two processes inside the sandbox: the *judge*, which holds the token and the tests, and the *host*, which runs the
+program and is sent nothing else. The judge makes itself non-dumpable before the host exists, and the host has no
+capabilities (under ``userns`` it is started through ``setpriv``), so the program can neither ptrace the judge nor
+open its /proc mem, fd or environ. The tests run in the judge against copies of the program's values (exact
+built-in types), its modules re-imported by name, and proxies whose every use (call, attribute, iteration,
+operator) is a request to the host; nothing the program defines runs in the judge, which decodes what the host
+sends as literals of built-in values and handles only (never ``eval`` or ``pickle``). Every comparison in the tests
+trusts only exact built-in value types (containers recursively), so a proxy or an object whose ``__eq__`` always
+says True fails, and the judge prints the token only after the last test statement ran and the host still
+answered. A program that exits early, or dies, never gets it: an exit is a suspected hack, a signal is reported as
+the same timeout or kill as before.
 
 Residual risks, known and accepted:
 
-- The program shares an interpreter with the runner: it can reach the token through frames
-  (``sys._getframe().f_back``), ``gc`` or ``ctypes`` and print it. Isolation bounds the damage a program does,
-  not whether it can forge a pass; reward hacking of that kind shows in ``stats`` and in rollouts, not here.
-- Tests that compute before comparing (``abs(f(x) - y) < eps``) let an object of the program's choosing steer
-  the arithmetic; helper functions of modules the program can patch (``math.isclose``) can be replaced.
+- Tests that compute before comparing (``abs(f(x) - y) < eps``) let the program steer the arithmetic (its objects'
+  operators run in the host and return whatever built-in value it likes); helper functions the tests take from the
+  program's namespace (an ``isclose`` it defined or imported) are the program's. Modules are not: the tests get
+  their own import of ``math``, whatever the program did to its copy.
 - Values of exact built-in types only: a correct program returning a numpy scalar or its own class fails.
+- The tests see the program through copies and proxies: its globals as they were when it finished loading, list
+  or dict attributes as copies (``obj.items.append(x)`` in the tests changes nothing in the program), its objects
+  equal and hashed by identity only. Lists, dicts and sets the tests pass in come back mutated in place; objects of
+  the tests' own that they pass in can be called by the program and their plain instance attributes read, no more.
+  Each use of a proxy is a round trip (~0.1-0.2 ms), so iterating a program's generator of 10,000 items costs
+  seconds; results deeper than 40 levels arrive partly as proxies.
 - No mount namespace: /tmp and /dev/shm are shared and writable (files left there outlive the run); other files
   are protected by the slot uid's lack of permissions, or not at all under ``userns`` and non-root ``rlimits``.
 - Under ``userns`` and non-root ``rlimits`` the process limit counts the caller's uid, so it is set above what the
   caller already runs; under ``rlimits`` there is network and setsid daemons survive (a loud warning is logged).
+  Under non-root ``rlimits`` the program also runs as the caller's uid outside any PID namespace, so where
+  ``kernel.yama.ptrace_scope`` is 0 it could read the memory of the trainer process, which holds the token too.
 - Disk: the file-size limit is per file; there is no quota, so a program can write many files until the deadline.
 - A parent killed with SIGKILL takes its process trees down (parent-death signals) but leaves its temp dir behind.
 - Slot uids are numbers above 2**31 without /etc/passwd entries; a site that assigns such uids to people must

@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass
 
 from distlab.errors import DistlabError, near_matches
+from distlab.recipes.lm.sandbox.runner import boot_args
 
 log = logging.getLogger("distlab")
 
@@ -76,7 +77,8 @@ def _below_hard(name: str, value: int) -> int:
 
 def command(iso: Isolation, runner: str, *, timeout_s: float, memory_mb: int, nproc: int, max_file_mb: int,
             max_open_files: int, uid: int | None, site_packages: bool = False) -> list[str]:
-    """The argv that runs ``runner`` under ``iso``; every wrapper execs the next, so one process per level."""
+    """The argv that runs ``runner`` under ``iso``; every wrapper execs the next, so one process per level, and
+    the runner itself starts one more, the host that runs the program (``nproc`` must allow for it)."""
     cpu = math.ceil(timeout_s) + 1  # above the wall-clock deadline: it only matters if the parent is gone
     hard = {"as": memory_mb << 20, "nproc": nproc, "fsize": max_file_mb << 20, "nofile": max_open_files,
             "cpu": cpu + 1}
@@ -93,7 +95,7 @@ def command(iso: Isolation, runner: str, *, timeout_s: float, memory_mb: int, np
         # a uid change clears the parent-death signal that unshare's --kill-child set: set it again after it
         argv += [_tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
                  "--bounding-set=-all", "--pdeathsig=KILL", "--"]
-    return argv + [iso.python, "-I" if site_packages else "-IS", runner]
+    return argv + [iso.python, "-I" if site_packages else "-IS"] + (["-"] if runner == "-" else boot_args(runner))
 
 
 # An interpreter that cannot read its own prefix (root's ~/.pyenv, for a slot uid) may still start by finding another

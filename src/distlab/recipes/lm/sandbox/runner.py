@@ -1,15 +1,32 @@
-"""The process inside the sandbox: run the program, then its tests, and print the token only if every test ran.
+"""The processes inside the sandbox: a judge that holds the token and the tests, and a host that runs the program.
 
-It imports nothing from distlab (it runs as ``python -I -S`` under an unprivileged uid that may not read the
-installed package; the sandbox copies this file next to the runs) and keeps working on any Python 3.8+, because the
-interpreter is whichever one that uid can execute.
+Both come from this one file, which imports nothing from distlab (it runs as ``python -I -S`` under an unprivileged
+uid that may not read the installed package; the sandbox copies it next to the runs, with its bytecode, and starts
+it through :func:`boot_args`) and keeps working on any Python 3.8+, because the interpreter is whichever one that
+uid can execute.
 
-Everything the verdict depends on (os.write, os._exit, type, id, the comparison operators, the builtins the tests
-see) is captured before the program runs, so a program that patches builtins or modules changes nothing here. The
-token arrives on stdin, never argv or the environment, and exists only as a local of :func:`main`.
+Any secret inside the interpreter that runs untrusted code is reachable (frames, ``gc``, ``ctypes``,
+``/proc/self/mem``), so the program never shares one with the token:
+
+- The **judge** is the process the sandbox starts. It makes itself non-dumpable first (then a process of the same
+  uid without CAP_SYS_PTRACE can neither ptrace it nor open its /proc mem, fd or environ), starts the host, reads
+  the token, program and tests from stdin, sends the host the program and nothing else, and runs the rewritten
+  tests in its own interpreter. Only the judge prints the token, and only once every test statement ran, no
+  untrusted value was compared and the host still answered.
+- The **host** (``--host``, started by fork+exec with no capabilities) executes the program and then serves the
+  judge's requests. The tests see the program's globals as copies (exact built-in values), modules re-imported in
+  the judge by name, and proxies for everything else, whose calls, attributes, iteration and operators are
+  requests to the host. Nothing the program defines ever runs in the judge, and the judge decodes what the host
+  sends with a walker over the literal's syntax tree that builds only built-in values and proxies.
+
+Exit statuses: see below; a host that exits mid-way is an exit attempt, one killed by a signal is reported as if
+the judge itself had died of that signal (or, as the first process of a PID namespace, which cannot signal itself,
+by exiting with 128 + the signal). A test assertion that fails inside a callback from the program stays failed
+even if the program catches it; a host that sends anything but the runner's messages ends the run as UNTRUSTED.
 """
 
 import _ast  # the C half of `ast`: importing `ast` itself costs ~10 ms of start-up per program
+import _thread
 import builtins
 import collections
 import operator
@@ -165,45 +182,808 @@ def make_checks(flag):
     return compare, truth
 
 
-def main():
-    """Everything after the program starts uses only locals bound here: the program can rebind this module's
-    globals (it is ``__main__``), the builtins module and any other module."""
-    write, exit_, read, type_, isinst, dict_, exec_ = os.write, os._exit, os.read, type, isinstance, dict, exec
-    settrace, setprofile = sys.settrace, sys.setprofile
-    stdout, stderr = sys.stdout, sys.stderr
-    memory_error, system_exit, syntax_error, base_exception = MemoryError, SystemExit, SyntaxError, BaseException
-    len_, str_, own_file = len, str, main.__code__.co_filename
-    ok, test_failed, program_error, memory, exit_attempt, untrusted_code = \
-        OK, TEST_FAILED, PROGRAM_ERROR, MEMORY, EXIT_ATTEMPT, UNTRUSTED
-    cmp_name, truth_name = CMP, TRUTH
-    pristine = dict_(builtins.__dict__)  # what the tests see, whatever the program does to `builtins`
-    out, err = os.dup(1), os.dup(2)
 
-    def flush():
-        for stream in (stdout, stderr):
-            try:
-                stream.flush()
-            except base_exception:
-                pass
 
-    def describe(exc):
-        """A traceback without importing `traceback` (tens of ms of start-up, and the program may break imports).
-        Programs are exec'd from strings, so there are no source lines to show anyway."""
+# ----------------------------------------------------------------------------------------------------------------
+# The wire between judge and host: frames of an 8-byte length and a Python literal (UTF-8). Each side owns some
+# objects and refers to the other side's by number: the host's as R(n), the judge's (the tests' callables) as CB(n).
+
+HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not a C type such as frame or function
+MAX_DEPTH = 40  # containers nested deeper travel as handles (3.8's parser overflows at ~55 frozenset((...)))
+BIG = 1 << 64  # larger ints travel in hex, which converts in linear time
+MAX_FRAME = 1 << 34
+PACKED = 64  # lists and tuples this long of only ints (64-bit) or only floats travel packed: the parser's nodes
+# cost ~0.5 KiB per element, so a million-element result would not fit in the judge's address space as a literal
+DATA_TYPES = ("int", "float", "complex", "str", "bytes", "bool", "tuple", "list", "set", "frozenset", "dict",
+              "Ellipsis", "NotImplemented")  # what the judge accepts by name: values, never callables that run code
+BINARY = ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and", "xor",
+          "or", "divmod")
+
+
+def make_describe(own_file):
+    """A traceback as text without importing `traceback` (tens of ms of start-up). Programs are exec'd from strings,
+    so there are no source lines to show anyway. Frames of this file are left out; frames the other process sent
+    (``exc.__sbx_remote__``) are spliced in where the exception crossed over."""
+    len_, str_, type_, isinst, getattr_ = len, str, type, isinstance, getattr
+    syntax_error, base_exception = SyntaxError, BaseException
+
+    def frames_of(exc):
         frames, tb = [], exc.__traceback__
         while tb is not None:
             code = tb.tb_frame.f_code
             if code.co_filename != own_file:
                 frames.append('  File "%s", line %s, in %s\n' % (code.co_filename, tb.tb_lineno, code.co_name))
             tb = tb.tb_next
-        if len_(frames) > 40:
-            frames[20:-20] = ["  ... %d frames ...\n" % (len_(frames) - 40)]
-        lines = ["Traceback (most recent call last):\n"] + frames if frames else []
+        remote = getattr_(exc, "__sbx_remote__", None)
+        name = type_(exc).__name__
+        if type_(remote) is tuple and len_(remote) == 2:
+            name = remote[0]
+            frames.append(remote[1])
+        return "".join(frames), name
+
+    def describe(exc):
+        frames, name = frames_of(exc)
+        lines = frames.splitlines(True)
+        if len_(lines) > 40:
+            lines[20:-20] = ["  ... %d frames ...\n" % (len_(lines) - 40)]
+        text = ("Traceback (most recent call last):\n" + "".join(lines)) if lines else ""
         if isinst(exc, syntax_error):
-            lines.append('  File "%s", line %s\n    %s\n' % (exc.filename, exc.lineno, (exc.text or "").strip()))
-        msg = str_(exc)
-        return "".join(lines) + type_(exc).__name__ + (": " + msg if msg else "") + "\n"
+            text += '  File "%s", line %s\n    %s\n' % (exc.filename, exc.lineno, (exc.text or "").strip())
+        try:
+            msg = str_(exc)
+        except base_exception:
+            msg = "(unprintable message)"
+        return text + name + (": " + msg if msg else "") + "\n"
+
+    return describe, frames_of
+
+
+def make_endpoint(judge, rfd, wfd, *, fatal, gone, flush, import_module, failures=None):
+    """One end of the wire: encoder, safe decoder, framing, and the loop that waits for a reply while serving the
+    other side's requests (callbacks nest both ways). Everything is bound here, before the program runs.
+
+    ``fatal(code, why)`` ends this process (a protocol error, the judge's verdict on a host that exited or ran out
+    of memory); ``gone()`` runs when the other side disappeared; ``import_module(name)`` returns a module or None.
+    On the judge side ``failures`` records a test assertion that failed inside a callback (the program may catch
+    it, the verdict does not forget it).
+    """
+    type_, id_, repr_, hex_, len_, str_, int_, float_, complex_ = type, id, repr, hex, len, str, int, float, complex
+    bytes_, bool_, tuple_, list_, set_, frozenset_, dict_ = bytes, bool, tuple, list, set, frozenset, dict
+    isinst, issub, getattr_, vars_, zip_, range_ = isinstance, issubclass, getattr, vars, zip, range
+    memoryview_, compile_ = memoryview, compile
+    none_type, module_type = type(None), type(os)
+    exception_, base_exception, memory_error, system_exit = Exception, BaseException, MemoryError, SystemExit
+    assertion_error, attribute_error, runtime_error = AssertionError, AttributeError, RuntimeError
+    type_error = TypeError
+    read, write, exit_, map_ = os.read, os.write, os._exit, map
+    from array import array as array_
+    counter_t, odict_t, ddict_t = collections.Counter, collections.OrderedDict, collections.defaultdict
+    dict_items, odict_items, dict_update, dict_get = dict.items, collections.OrderedDict.items, dict.update, dict.get
+    list_append, set_update, set_clear, dict_clear = list.append, set.update, set.clear, dict.clear
+    object_new, object_setattr = object.__new__, object.__setattr__
+    Constant_, Tuple_, List_, Set_, Dict_, Name_, Call_ = \
+        _ast.Constant, _ast.Tuple, _ast.List, _ast.Set, _ast.Dict, _ast.Name, _ast.Call
+    UnaryOp_, BinOp_, USub_, UAdd_, Add_, Sub_ = _ast.UnaryOp, _ast.BinOp, _ast.USub, _ast.UAdd, _ast.Add, _ast.Sub
+    only_ast = _ast.PyCF_ONLY_AST
+    own_tag, their_tag = ("CB", "R") if judge else ("R", "CB")
+    own_file = make_endpoint.__code__.co_filename
+    describe, frames_of = make_describe(own_file)
+    real_builtins = dict_(builtins.__dict__)
+    # Built-ins travel by name. The judge sends any of its own (the host maps the name to its copy: nothing of the
+    # judge's becomes callable by the program) but accepts only inert values, never eval, getattr or __import__.
+    names_out, names_in = {}, {}
+    for name, value in real_builtins.items():
+        if judge and (type_(value) is type or type_(value) is type(len)) or name in DATA_TYPES:
+            names_out.setdefault(id_(value), name)
+        if name in (DATA_TYPES if judge else real_builtins):
+            names_in[name] = value
+    exc_classes = {name: value for name, value in real_builtins.items()
+                   if type_(value) is type and issub(value, base_exception)}
+    exc_ids = {id_(value) for value in exc_classes.values()}
+    scalar_ids = {id_(t) for t in (int_, float_, complex_, str_, bytes_, bool_, none_type)}
+    SCALAR, INT, COMPLEX, TUPLE, LIST, SET, FROZEN, DICT, COUNTER, ODICT, DDICT = range(11)
+    kinds = {id_(str_): SCALAR, id_(bytes_): SCALAR, id_(bool_): SCALAR, id_(none_type): SCALAR,
+             id_(float_): SCALAR, id_(int_): INT, id_(complex_): COMPLEX, id_(tuple_): TUPLE, id_(list_): LIST,
+             id_(set_): SET, id_(frozenset_): FROZEN, id_(dict_): DICT, id_(counter_t): COUNTER,
+             id_(odict_t): ODICT, id_(ddict_t): DDICT}
+    mutable_ids = {id_(list_), id_(dict_), id_(set_)}
+    own, own_ids, theirs = [], {}, {}  # handle -> object (kept alive, so ids stay unique), id -> handle, proxies
+    proxy_type = [None]
+    inbuf = bytearray()
+    closed = []  # set once this side is finishing: proxies then refuse instead of calling a dead process
+    lock = _thread.RLock()  # the host's threads may call back into the tests; one exchange at a time
+
+    def bad(why):
+        fatal(UNTRUSTED, "protocol error: %s" % why)
+
+    # -- encoding -------------------------------------------------------------------------------------------------
+    def own_handle(x):
+        n = own_ids.get(id_(x))
+        if n is None:
+            n = own_ids[id_(x)] = len_(own)
+            list_append(own, x)
+        return n
+
+    def enc(x, out, active, depth):
+        k = kinds.get(id_(type_(x)))
+        if k is None:
+            t = type_(x)
+            if t is proxy_type[0]:
+                out.append("%s(%d)" % (their_tag, x._sbx_n))
+                return
+            name = names_out.get(id_(x))
+            if name is not None:
+                out.append("B(%s)" % repr_(name))
+            elif t is module_type and type_(dict_get(vars_(x), "__name__")) is str_:
+                out.append("M(%s,%d)" % (repr_(dict_get(vars_(x), "__name__")), own_handle(x)))
+            else:
+                out.append("%s(%d)" % (own_tag, own_handle(x)))
+            return
+        if k == SCALAR:
+            out.append(repr_(x))
+            return
+        if k == INT:
+            out.append(repr_(x) if -BIG < x < BIG else hex_(x))
+            return
+        if k == COMPLEX:
+            out.append("C(%s,%s)" % (repr_(x.real), repr_(x.imag)))
+            return
+        i = id_(x)
+        if depth > MAX_DEPTH or i in active:  # a cycle, or too deep for the other side's parser
+            out.append("%s(%d)" % (own_tag, own_handle(x)))
+            return
+        active.add(i)
+        depth += 1
+        if (k == TUPLE or k == LIST) and len_(x) >= PACKED:
+            kinds_in = set_(map_(type_, x))
+            code = "q" if kinds_in == {int_} else "d" if kinds_in == {float_} else None
+            if code is not None:
+                try:
+                    out.append("A(%s,%s,%s)" % (repr_(code), repr_(array_(code, x).tobytes().hex()), k == TUPLE))
+                    active.discard(i)
+                    return
+                except OverflowError:
+                    pass
+        if k == TUPLE or k == LIST or k == SET or k == FROZEN:
+            if k == SET and not x:
+                out.append("set()")
+            else:
+                out.append(("(", "[", "{", "frozenset((")[k - TUPLE])
+                for item in x:
+                    enc(item, out, active, depth)
+                    out.append(",")
+                out.append((")", "]", "}", "))")[k - TUPLE])
+        else:
+            if k != DICT:
+                out.append("D(%s," % repr_(("", "Counter", "OrderedDict", "defaultdict")[k - DICT]))
+            out.append("{")
+            for key, value in (odict_items(x) if k == ODICT else dict_items(x)):
+                enc(key, out, active, depth)
+                out.append(":")
+                enc(value, out, active, depth)
+                out.append(",")
+            out.append("}")
+            if k == DDICT:
+                out.append(",")
+                enc(x.default_factory, out, active, depth)
+            if k != DICT:
+                out.append(")")
+        active.discard(i)
+
+    def encode(x):
+        out = []
+        enc(x, out, set_(), 0)
+        return "".join(out)
+
+    # -- decoding: only literals, built-in containers and our handful of constructors; never eval ------------------
+    def their_proxy(n):
+        p = theirs.get(n)
+        if p is None:
+            p = object_new(proxy_type[0])
+            object_setattr(p, "_sbx_n", n)
+            theirs[n] = p
+        return p
+
+    calls = frozenset_((own_tag, their_tag, "set", "frozenset", "A", "C", "B", "M", "D"))
+
+    def dec(node):
+        t = type_(node)
+        if t is Constant_:
+            v = node.value
+            if id_(type_(v)) in scalar_ids:
+                return v
+        elif t is Tuple_:
+            return tuple_([dec(e) for e in node.elts])
+        elif t is List_:
+            return [dec(e) for e in node.elts]
+        elif t is Set_:
+            return set_([dec(e) for e in node.elts])
+        elif t is Dict_:
+            d = {}
+            for kn, vn in zip_(node.keys, node.values):
+                if kn is None:
+                    bad("** in a dict")
+                d[dec(kn)] = dec(vn)
+            return d
+        elif t is UnaryOp_:
+            v, op = dec(node.operand), type_(node.op)
+            if type_(v) is int_ or type_(v) is float_ or type_(v) is complex_:
+                if op is USub_:
+                    return -v
+                if op is UAdd_:
+                    return +v
+        elif t is BinOp_:  # a+bj, the way repr writes a complex
+            a, b, op = dec(node.left), dec(node.right), type_(node.op)
+            if (type_(a) is int_ or type_(a) is float_) and type_(b) is complex_ and (op is Add_ or op is Sub_):
+                return a + b if op is Add_ else a - b
+        elif t is Name_:
+            if node.id == "inf" or node.id == "nan":
+                return float_(node.id)
+        elif t is Call_ and type_(node.func) is Name_ and not node.keywords and node.func.id in calls:
+            f, a = node.func.id, [dec(e) for e in node.args]
+            n = len_(a)
+            if (f == own_tag or f == their_tag) and n == 1 and type_(a[0]) is int_ and a[0] >= 0:
+                if f == their_tag:
+                    return their_proxy(a[0])
+                if a[0] < len_(own):
+                    return own[a[0]]
+            elif f == "set" and n == 0:
+                return set_()
+            elif f == "frozenset" and (n == 0 or n == 1 and type_(a[0]) is tuple_):
+                return frozenset_(*a)
+            elif f == "A" and n == 3 and a[0] in ("q", "d") and type_(a[1]) is str_ and type_(a[2]) is bool_:
+                packed = array_(a[0])
+                packed.frombytes(bytes_.fromhex(a[1]))
+                return tuple_(packed.tolist()) if a[2] else packed.tolist()
+            elif f == "C" and n == 2 and type_(a[0]) is float_ and type_(a[1]) is float_:
+                return complex_(a[0], a[1])
+            elif f == "B" and n == 1 and type_(a[0]) is str_ and a[0] in names_in:
+                return names_in[a[0]]
+            elif f == "M" and n == 2 and type_(a[0]) is str_ and type_(a[1]) is int_ and a[1] >= 0:
+                module = import_module(a[0])
+                return their_proxy(a[1]) if module is None else module
+            elif f == "D" and n in (2, 3) and type_(a[1]) is dict_ and a[0] in ("Counter", "OrderedDict",
+                                                                                  "defaultdict"):
+                if a[0] == "Counter" and n == 2:
+                    c = counter_t()
+                    dict_update(c, a[1])
+                    return c
+                if a[0] == "OrderedDict" and n == 2:
+                    return odict_t(a[1])
+                if a[0] == "defaultdict" and n == 3:
+                    return ddict_t(a[2], a[1])
+        bad("unexpected %s" % type_(node).__name__)
+
+    def guarded(fn, *args):
+        try:
+            return fn(*args)
+        except memory_error:
+            fatal(MEMORY, "out of memory reading from the other process")
+        except base_exception as exc:  # unhashable set members, recursion, bad UTF-8...
+            bad("%s: %s" % (type_(exc).__name__, exc))
+
+    def parse(raw):
+        body = compile_(raw.decode("utf-8"), "<wire>", "eval", only_ast, True).body
+        if type_(body) is not Tuple_ or not body.elts or type_(body.elts[0]) is not Constant_ \
+                or type_(body.elts[0].value) is not str_:
+            bad("not a message")
+        return body.elts[0].value, body.elts
+
+    # -- framing ------------------------------------------------------------------------------------------------
+    def send(text):
+        data = text.encode("utf-8")
+        data = len_(data).to_bytes(8, "big") + data
+        view, done = memoryview_(data), 0
+        try:
+            while done < len_(data):
+                done += write(wfd, view[done:])
+        except OSError:
+            gone()
+
+    def fill(need):
+        while len_(inbuf) < need:
+            chunk = read(rfd, min(max(1 << 16, need - len_(inbuf)), 1 << 24))
+            if not chunk:
+                return False
+            inbuf.extend(chunk)
+        return True
+
+    def recv():
+        """The next frame's bytes, or None at end of file."""
+        if not fill(8):
+            return None
+        size = int_.from_bytes(bytes_(inbuf[:8]), "big")
+        if size > MAX_FRAME:
+            bad("a frame of %d bytes" % size)
+        if not fill(8 + size):
+            return None
+        frame = bytes_(inbuf[8:8 + size])
+        del inbuf[:8 + size]
+        return frame
+
+    # -- exceptions that cross over -------------------------------------------------------------------------------
+    def encode_raise(exc):
+        t = type_(exc)
+        try:
+            names = tuple_(k.__name__ for k in t.__mro__ if id_(k) in exc_ids)
+            clsname = t.__name__ if type_(t.__name__) is str_ else "?"
+        except base_exception:
+            names, clsname = ("Exception",), "?"
+        try:
+            args = encode(tuple_(exc.args))
+        except base_exception:
+            try:
+                args = encode((str_(exc),))
+            except base_exception:
+                args = "()"
+        try:
+            frames = frames_of(exc)[0]
+        except base_exception:
+            frames = ""
+        return "('raise',%s,%s,%s,%s)" % (encode(names), repr_(clsname), args, repr_(frames))
+
+    def build_exception(elts, allow_stop):
+        if len_(elts) != 5:
+            bad("a raise of %d parts" % len_(elts))
+        names, clsname, args, frames = [dec(e) for e in elts[1:]]
+        if type_(names) is not tuple_ or type_(clsname) is not str_ or type_(args) is not tuple_ \
+                or type_(frames) is not str_ or [x for x in names if type_(x) is not str_]:
+            bad("a malformed raise")
+        if judge and "MemoryError" in names:
+            fatal(MEMORY, "the program raised MemoryError\n" + frames + clsname + "\n")
+        if judge and "SystemExit" in names:
+            fatal(EXIT_ATTEMPT, "the program raised SystemExit\n" + frames)
+        if not allow_stop and ("StopIteration" in names or "StopAsyncIteration" in names):
+            # only __next__ may end an iteration: a plain call that raised it would end the tests' map() early
+            names, args = ("RuntimeError",), ("%s raised by a call to the other process" % clsname,)
+        exc = None
+        for name in names:
+            cls = exc_classes.get(name)
+            if cls is not None:
+                try:
+                    exc = cls(*args)
+                    break
+                except base_exception:
+                    continue
+        if exc is None:
+            exc = exception_(*args)
+        try:
+            exc.__sbx_remote__ = (clsname, frames)
+        except base_exception:
+            pass
+        return exc
+
+    # -- serving the other side's requests ----------------------------------------------------------------------
+    def own_target(node):
+        """A request may only address an object this side sent, never something built from the literal."""
+        if type_(node) is Call_ and type_(node.func) is Name_ and node.func.id == own_tag and len_(node.args) == 1 \
+                and type_(node.args[0]) is Constant_ and type_(node.args[0].value) is int_ \
+                and 0 <= node.args[0].value < len_(own) and not node.keywords:
+            return own[node.args[0].value]
+        bad("a request addressed to something not ours")
+
+    def merge(old, new):
+        """The other side mutated our list/dict/set argument: change ours in place, inner containers too."""
+        t = type_(old)
+        if t is not type_(new) or id_(t) not in mutable_ids:
+            return
+        if t is list_:
+            if len_(old) == len_(new):
+                for i in range_(len_(old)):
+                    if type_(old[i]) is type_(new[i]) and id_(type_(new[i])) in mutable_ids:
+                        merge(old[i], new[i])
+                    elif old[i] is not new[i]:
+                        old[i] = new[i]
+            else:
+                old[:] = new
+        elif t is dict_:
+            if len_(old) == len_(new) and all(key in old for key in new):
+                for key in new:
+                    if type_(old[key]) is type_(new[key]) and id_(type_(new[key])) in mutable_ids:
+                        merge(old[key], new[key])
+                    else:
+                        old[key] = new[key]
+            else:
+                dict_clear(old)
+                dict_update(old, new)
+        else:
+            set_clear(old)
+            set_update(old, new)
+
+    def call_reply(elts, raw):
+        if len_(elts) != 4 or type_(elts[2]) is not Tuple_ or type_(elts[3]) is not Dict_:
+            bad("a malformed call")
+        target = own_target(elts[1])
+        arg_nodes = list_(elts[2].elts) + list_(elts[3].values)
+        args = [dec(e) for e in elts[2].elts]
+        kwargs = dec(elts[3])
+        for key in kwargs:
+            if type_(key) is not str_:
+                bad("a keyword that is not a string")
+        values = args + list_(kwargs.values())
+        positions = list_(range_(len_(args))) + list_(kwargs)
+        result = target(*args, **kwargs)
+        changed = []
+        for node, value, pos in zip_(arg_nodes, values, positions):
+            if id_(type_(value)) in mutable_ids:
+                now = encode(value)
+                if now.encode("utf-8") != raw[node.col_offset:node.end_col_offset]:
+                    changed.append("(%s,%s)," % (repr_(pos), now))
+        return "('ok',%s,(%s))" % (encode(result), "".join(changed))
+
+    def serve(kind, elts, raw):
+        try:
+            if kind == "call":
+                return call_reply(elts, raw)
+            if kind == "getattr" and len_(elts) == 3:
+                obj, name = own_target(elts[1]), dec(elts[2])
+                if type_(name) is not str_:
+                    bad("an attribute name that is not a string")
+                if judge:  # the program may read its callers' plain instance attributes, nothing more
+                    d = vars_(obj) if type_(obj).__flags__ & HEAPTYPE else None
+                    if type_(d) is not dict_ or name.startswith("_") or name not in d:
+                        raise attribute_error("the tests' object has no readable attribute %r" % name)
+                    return "('ok',%s,())" % encode(d[name])
+                return "('ok',%s,())" % encode(getattr_(obj, name))
+            if kind == "op" and len_(elts) == 3 and type_(elts[2]) is Tuple_ and elts[2].elts:
+                name = dec(elts[1])
+                if type_(name) is not str_ or name not in ops:
+                    bad("an unknown operation")
+                if judge:
+                    own_target(elts[2].elts[0])
+                args = [dec(e) for e in elts[2].elts]
+                return "('ok',%s,())" % encode(ops[name](*args))
+            if not judge and kind in ("setattr", "delattr") and len_(elts) == 3 + (kind == "setattr"):
+                obj, name = own_target(elts[1]), dec(elts[2])
+                if kind == "setattr":
+                    setattr(obj, name, dec(elts[3]))
+                else:
+                    delattr(obj, name)
+                return "('ok',None,())"
+            if not judge and kind == "exit" and len_(elts) == 1:
+                flush()
+                send("('bye',)")
+                exit_(0)
+        except base_exception as exc:
+            if not judge and isinst(exc, system_exit):
+                return "('exit',)"
+            if judge and not isinst(exc, exception_):
+                raise  # SystemExit or KeyboardInterrupt in the tests ends them, not the program's call
+            if judge and failures is not None and isinst(exc, assertion_error):
+                failures.append(describe(exc))
+            return encode_raise(exc)
+        bad("an unknown request %r" % kind)
+
+    def exchange(msg, args, kwargs, allow_stop):
+        """Send ``msg``; serve the other side's requests until our reply comes; return its value or raise."""
+        text = guarded(encode, msg)
+        flush()
+        send(text)
+        while True:
+            raw = recv()
+            if raw is None:
+                gone()
+            kind, elts = guarded(parse, raw)
+            if kind == "ok":
+                if len_(elts) != 3:
+                    bad("a malformed reply")
+                value, changed = guarded(dec, elts[1]), guarded(dec, elts[2])
+                for pair in changed if type_(changed) is tuple_ else bad("a malformed reply"):
+                    if type_(pair) is not tuple_ or len_(pair) != 2:
+                        bad("a malformed change")
+                    pos, new = pair
+                    if type_(pos) is int_ and 0 <= pos < len_(args):
+                        merge(args[pos], new)
+                    elif type_(pos) is str_ and kwargs is not None and pos in kwargs:
+                        merge(kwargs[pos], new)
+                return value
+            if kind == "raise":
+                raise guarded(build_exception, elts, allow_stop)
+            if kind == "bye" and judge:
+                return None
+            if kind == "exit" and judge:
+                fatal(EXIT_ATTEMPT, "the program raised SystemExit")
+            if kind in ("call", "getattr", "op") or not judge and kind in ("setattr", "delattr", "exit"):
+                reply = serve(kind, elts, raw)
+                flush()
+                send(reply)
+                continue
+            bad("an unexpected %r" % kind)
+
+    def request(msg, args=(), kwargs=None, allow_stop=False):
+        if closed:
+            raise runtime_error("the other process is gone")
+        with lock:
+            return exchange(msg, args, kwargs, allow_stop)
+
+    def serve_next():
+        """The host's idle loop: one request from the judge (read under the lock, served without it, so that a
+        thread of the program can call back into the tests meanwhile)."""
+        with lock:
+            raw = recv()
+            if raw is None:
+                gone()
+            kind, elts = guarded(parse, raw)
+        reply = serve(kind, elts, raw)
+        with lock:
+            flush()
+            send(reply)
+
+    # -- the proxies --------------------------------------------------------------------------------------------
+    def op(name, *args, allow_stop=False):
+        return request(("op", name, args), allow_stop=allow_stop)
+
+    class Proxy:
+        """An object of the other process; every use of it is a request there."""
+        __slots__ = ("_sbx_n",)
+
+        def __call__(self, *args, **kwargs):
+            return request(("call", self, args, kwargs), args, kwargs)
+
+        def __getattr__(self, name):
+            if name == "_sbx_n":  # a half-made proxy (copy.copy's protocol): never a request
+                raise attribute_error(name)
+            return request(("getattr", self, name))
+
+        def __reduce_ex__(self, protocol):
+            raise type_error("an object of the other process cannot be pickled or copied here")
+
+        def __next__(self):
+            return op("next", self, allow_stop=True)
+
+        def __iter__(self):
+            return op("iter", self)
+
+        def __repr__(self):
+            return op("repr", self)
+
+    def method(name, reflected=False):
+        if reflected:
+            return lambda self, other: op(name, other, self)
+        return lambda self, *args: op(name, self, *args)
+
+    for name in ("len", "bool", "str", "contains", "getitem") if not judge else ():
+        setattr(Proxy, "__%s__" % name, method(name))
+    if judge:  # the host's objects answer (almost) everything an object can be asked
+        for name in ("len", "bool", "str", "format", "getitem", "setitem", "delitem", "contains", "reversed",
+                     "round", "int", "float", "complex", "index", "abs", "neg", "pos", "invert", "lt", "le", "gt",
+                     "ge", "enter", "exit", "dir") + BINARY:
+            setattr(Proxy, "__%s__" % name, method(name))
+        for name in BINARY:
+            setattr(Proxy, "__r%s__" % name, method(name, reflected=True))
+        Proxy.__setattr__ = lambda self, name, value: request(("setattr", self, name, value))
+        Proxy.__delattr__ = lambda self, name: request(("delattr", self, name))
+        Proxy.__copy__ = lambda self: op("copy", self)
+        Proxy.__deepcopy__ = lambda self, memo=None: op("deepcopy", self)
+        Proxy.__instancecheck__ = lambda self, obj: op("isinstance", obj, self)
+        Proxy.__subclasscheck__ = lambda self, cls: op("issubclass", cls, self)
+    proxy_type[0] = Proxy
+
+    if judge:
+        ops = {"len": len_, "iter": iter, "next": next, "bool": bool_, "str": str_, "repr": repr_,
+               "contains": operator.contains, "getitem": operator.getitem}
+    else:
+        ops = {"len": len_, "iter": iter, "next": next, "bool": bool_, "str": str_, "repr": repr_, "format": format,
+               "getitem": operator.getitem, "setitem": operator.setitem, "delitem": operator.delitem,
+               "contains": operator.contains, "isinstance": isinst, "issubclass": issub, "dir": dir,
+               "reversed": reversed, "round": round, "int": int_, "float": float_, "complex": complex_,
+               "index": operator.index, "abs": abs, "neg": operator.neg, "pos": operator.pos,
+               "invert": operator.invert, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+               "ge": operator.ge, "divmod": divmod, "enter": lambda x: type_(x).__enter__(x),
+               "copy": lambda x: __import__("copy").copy(x), "deepcopy": lambda x: __import__("copy").deepcopy(x),
+               "exit": lambda x, *a: type_(x).__exit__(x, *a)}
+
+        def swapped(fn):
+            return lambda a, b: fn(b, a)
+
+        for name in BINARY:
+            fn = ops.get(name) or getattr_(operator, name + "_" if name in ("and", "or") else name)
+            ops[name], ops["r" + name] = fn, swapped(fn)
+
+    return {"send": send, "recv": recv, "parse": parse, "dec": dec, "encode": encode, "request": request,
+            "serve_next": serve_next, "guarded": guarded, "describe": describe, "close": lambda: closed.append(1)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The host: runs the program and serves the judge. It holds nothing secret: no token, no tests.
+
+def host():
+    exit_, flush_out, flush_err = os._exit, sys.stdout.flush, sys.stderr.flush
+    base_exception, memory_error, system_exit = BaseException, MemoryError, SystemExit
+    exec_, compile_, isinst, dict_, str_, type_ = exec, compile, isinstance, dict, str, type
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
+
+    def flush():
+        for fn in (flush_out, flush_err):
+            try:
+                fn()
+            except base_exception:
+                pass
+
+    def fatal(code, why):
+        exit_(code)
+
+    def gone():
+        exit_(0)
+
+    def import_module(name):
+        try:
+            __import__(name)
+            return sys.modules[name]
+        except base_exception:
+            return None
+
+    ep = make_endpoint(False, 3, 4, fatal=fatal, gone=gone, flush=flush, import_module=import_module)
+    send, recv, serve_next, describe, encode = ep["send"], ep["recv"], ep["serve_next"], ep["describe"], ep["encode"]
+    raw = recv()
+    if raw is None:
+        exit_(0)
+
+    def failed(kind, where, exc):
+        flush()
+        try:
+            text = describe(exc)
+        except base_exception:
+            text = "(unprintable exception)\n"
+        send("('failed',%r,%r,%r)" % (kind, where, text))
+        exit_(0)
+
+    try:
+        program = compile_(raw.decode("utf-8", "replace"), "program.py", "exec", dont_inherit=True, optimize=0)
+    except base_exception as exc:
+        failed("memory" if isinst(exc, memory_error) else "program", "the program does not compile", exc)
+    raw = None
+    ns = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec_(program, ns)
+    except base_exception as exc:
+        failed("memory" if isinst(exc, memory_error) else "exit" if isinst(exc, system_exit) else "program",
+               "the program raised", exc)
+    flush()
+    try:
+        names = {k: v for k, v in dict_(ns).items() if type_(k) is str_ and k != "__builtins__"}
+        send("('loaded',%s)" % encode(names))
+    except base_exception as exc:
+        failed("memory" if isinst(exc, memory_error) else "program", "the program's globals cannot be sent", exc)
+    while True:
+        serve_next()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The judge: holds the token and the tests, runs the tests against proxies of the program's objects.
+
+def boot_args(runner_file):
+    """``-c`` code that imports this file as a module, so that the bytecode cache the sandbox writes next to it is
+    used: a script is compiled from source at every start (~15 ms for this one, in each of the two processes). The
+    folder leaves sys.path again before anything else is imported (under ``-I`` neither it nor the working
+    directory is on sys.path otherwise)."""
+    folder, name = os.path.split(os.path.abspath(runner_file))
+    return ["-c", "import sys; sys.path.insert(0, %r); import %s as runner; del sys.path[0]; runner.main()"
+            % (folder, os.path.splitext(name)[0])]
+
+
+def _host_argv(own_file):
+    """How to start the host: the same interpreter and site choice, through setpriv when we hold capabilities
+    (under ``userns`` the judge is root of a user namespace: a host with CAP_SYS_PTRACE could read the judge)."""
+    if not sys.executable:
+        raise OSError("sys.executable is unknown")
+    argv = [sys.executable, "-I"] + (["-S"] if sys.flags.no_site else []) + boot_args(own_file) + ["--host"]
+    with open("/proc/self/status", "rb") as fh:
+        status = fh.read()
+    caps = [line.split()[1] for line in status.splitlines() if line.startswith(b"CapEff:")]
+    if len(caps) != 1:
+        raise OSError("no CapEff line in /proc/self/status")
+    if int(caps[0], 16) == 0:
+        return argv
+    for d in os.environ.get("PATH", "/usr/bin:/bin").split(":") + ["/usr/bin", "/bin"]:
+        setpriv = os.path.join(d, "setpriv")
+        if d and os.access(setpriv, os.X_OK):
+            return [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"] + argv
+    raise OSError("the judge holds capabilities and setpriv is not on PATH to drop them for the program")
+
+
+def _prctl():
+    """prctl(2) through `_ctypes` alone (importing `ctypes` costs ~3 ms of start-up, its enum-free core ~0.7)."""
+    try:
+        import _ctypes
+
+        class CInt(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class Func(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+            _restype_ = CInt
+
+        return Func(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))
+    except Exception:  # an interpreter whose _ctypes differs: the public module
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _start_host(argv, req_r, req_w, rep_r, rep_w):
+    """fork+exec; the child gets requests on fd 3, replies on fd 4, /dev/null on 0, our 1 and 2, nothing else."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.close(req_w)
+        os.close(rep_r)
+        if rep_w == 3:  # dup2(req_r, 3) would close it
+            moved = os.dup(rep_w)
+            os.close(rep_w)
+            rep_w = moved
+        if req_r != 3:
+            os.dup2(req_r, 3)
+        if rep_w != 4:
+            os.dup2(rep_w, 4)
+        try:
+            top = os.sysconf("SC_OPEN_MAX")
+        except (OSError, ValueError):
+            top = 1 << 16
+        os.closerange(5, max(top, 5))
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        if null > 4:
+            os.close(null)
+        os.set_inheritable(3, True)
+        os.set_inheritable(4, True)
+        os.execv(argv[0], argv)
+    except BaseException as exc:
+        try:
+            os.write(2, ("sandbox: cannot start the program's process: %s\n" % exc).encode("utf-8", "replace"))
+        finally:
+            os._exit(127)
+
+
+def judge():
+    """Everything after the host starts uses only locals bound here; the tests (trusted) run in this interpreter,
+    the program never does."""
+    import _signal as signal  # `signal` itself imports enum: ~2 ms of start-up
+
+    write, exit_, read, type_, isinst, dict_, exec_ = os.write, os._exit, os.read, type, isinstance, dict, exec
+    waitpid, kill = os.waitpid, os.kill
+    stdout, stderr = sys.stdout, sys.stderr
+    memory_error, system_exit, base_exception = MemoryError, SystemExit, BaseException
+    str_, own_file = str, judge.__code__.co_filename
+    ok, test_failed, program_error, memory, exit_attempt, untrusted_code, setup_error = \
+        OK, TEST_FAILED, PROGRAM_ERROR, MEMORY, EXIT_ATTEMPT, UNTRUSTED, SETUP_ERROR
+    cmp_name, truth_name = CMP, TRUTH
+    pristine = dict_(builtins.__dict__)  # what the tests see
+    describe = make_describe(own_file)[0]
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # no KeyboardInterrupt for the host to send into the tests
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
+    child = [None]  # the host's pid while it lives
+    closing = [lambda: None]
+
+    def flush():
+        for stream in (stdout, stderr, sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except base_exception:
+                pass
+
+    def reap(kill_first):
+        pid, child[0] = child[0], None
+        if pid is None:
+            return None
+        if kill_first:
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                return waitpid(pid, 0)[1]
+            except ChildProcessError:
+                return None
+            except InterruptedError:
+                continue
 
     def finish(code, exc=None, where=""):
+        closing[0]()  # describing the exception must not call into the host any more
+        reap(True)
         flush()
         text = ""
         if exc is not None:
@@ -212,11 +992,71 @@ def main():
             except base_exception:
                 text = "(unprintable exception)\n"
         try:
-            write(err, ("sandbox: %s\n%s" % (where, text)).encode("utf-8", "replace")[-65536:])
+            write(2, ("sandbox: %s\n%s" % (where, text)).encode("utf-8", "replace")[-65536:])
         except base_exception:
             pass
         exit_(code)
 
+    def die_like(sig):
+        """The host died of a signal: so do we, for the parent to classify (timeouts are SIGXCPU, kills SIGKILL)."""
+        flush()
+        try:
+            write(2, b"sandbox: the program was killed by signal %d\n" % sig)
+            signal.signal(sig, signal.SIG_DFL)
+        except base_exception:
+            pass
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        except base_exception:
+            pass
+        kill(os.getpid(), sig)
+        exit_(128 + sig)  # still here: as the first process of a PID namespace we cannot signal ourselves
+
+    def fatal(code, why):
+        finish(code, None, why)
+
+    loaded = [False]
+
+    def gone():
+        status = reap(False)
+        if status is None:
+            finish(exit_attempt, None, "the program's process vanished")
+        if os.WIFSIGNALED(status):
+            die_like(os.WTERMSIG(status))
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+        if code == 127 and not loaded[0]:
+            finish(setup_error, None, "the program's process could not start")
+        finish(exit_attempt, None, "the program exited (status %d) before the tests completed" % code)
+
+    own_module = sys.modules.get(judge.__module__)
+
+    def import_module(name):
+        """The program's module, re-imported here by name (a patched math.isclose stays in the host); never this
+        file, whose judge holds the token (a proxy then stands for it)."""
+        if name == "__main__" or name.startswith(".") or not name.replace(".", "_").isidentifier():
+            return None
+        try:
+            __import__(name)
+            module = sys.modules[name]
+        except base_exception:
+            return None
+        return None if module is own_module else module
+
+    # 1. Nothing of ours may be readable by the program: not our memory, not our stdin, not our environment.
+    try:
+        prctl = _prctl()
+        prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+        if prctl(3, 0, 0, 0, 0) != 0:  # PR_GET_DUMPABLE
+            raise OSError("prctl(PR_SET_DUMPABLE, 0) did not take")
+        argv = _host_argv(own_file)
+    except base_exception as exc:
+        finish(setup_error, exc, "cannot isolate the judge from the program")
+    # 2. The host starts while we read the payload and compile the tests.
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    child[0] = _start_host(argv, req_r, req_w, rep_r, rep_w)
+    os.close(req_r)
+    os.close(rep_w)
     chunks = []
     while True:
         chunk = read(0, 1 << 20)
@@ -224,47 +1064,80 @@ def main():
             break
         chunks.append(chunk)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    failures, untrusted = [], []
+    ep = make_endpoint(True, rep_r, req_w, fatal=fatal, gone=gone, flush=flush, import_module=import_module,
+                       failures=failures)
+    send, recv, parse, dec, guarded, request = \
+        ep["send"], ep["recv"], ep["parse"], ep["dec"], ep["guarded"], ep["request"]
+    closing[0] = ep["close"]
     try:
         # token line, program length line, program, tests (no json: its import costs start-up time)
         token, size, rest = b"".join(chunks).split(b"\n", 2)
-        program_src, tests_src = rest[:int(size)].decode(), rest[int(size):].decode()
-        tests = rewrite_tests(tests_src, "tests.py")
-    except BaseException as exc:  # the parent's input or the tests themselves are broken
-        finish(SETUP_ERROR, exc, "cannot prepare the tests")
+        program_src, tests_src = rest[:int(size)], rest[int(size):].decode()
+    except BaseException as exc:  # the parent's input is broken
+        finish(setup_error, exc, "cannot read the payload")
     chunks = chunk = rest = None
+    send(program_src.decode("utf-8", "replace"))  # a raw frame: the host compiles it, never us
+    program_src = None
     try:
-        program = compile(program_src, "program.py", "exec", dont_inherit=True, optimize=0)
-    except BaseException as exc:
-        finish(MEMORY if isinstance(exc, MemoryError) else PROGRAM_ERROR, exc, "the program does not compile")
-    untrusted = []
+        tests = rewrite_tests(tests_src, "tests.py")
+    except BaseException as exc:  # the tests themselves are broken
+        finish(setup_error, exc, "cannot prepare the tests")
     compare, truth = make_checks(untrusted)
 
-    ns = {"__name__": "__main__", "__builtins__": builtins}
-    try:
-        exec_(program, ns)
-    except base_exception as exc:
-        token = None
-        code = memory if isinst(exc, memory_error) else exit_attempt if isinst(exc, system_exit) else program_error
-        finish(code, exc, "the program raised")
-
-    settrace(None)  # a tracer left by the program could jump over the asserts
-    setprofile(None)
-    tests_ns = dict_(ns)  # the program's threads hold `ns`, not this copy
+    # 3. The program's outcome, then its globals.
+    raw = recv()
+    if raw is None:
+        gone()
+    kind, elts = guarded(parse, raw)
+    if kind == "failed" and len(elts) == 4:
+        what, where, text = [guarded(dec, e) for e in elts[1:]]
+        if type_(what) is str_ and type_(where) is str_ and type_(text) is str_:
+            code = {"memory": memory, "exit": exit_attempt}.get(what, program_error)
+            finish(code, None, "%s\n%s" % (where, text))
+    if kind != "loaded" or len(elts) != 2:
+        finish(untrusted_code, None, "protocol error: the program's process sent %r first" % kind)
+    names = guarded(dec, elts[1])
+    if type_(names) is not dict_ or [k for k in names if type_(k) is not str_]:
+        finish(untrusted_code, None, "protocol error: malformed globals")
+    loaded[0] = True
+    tests_ns = dict_(names)
     tests_ns["__builtins__"] = dict_(pristine)
     tests_ns[cmp_name], tests_ns[truth_name] = compare, truth
+    names = elts = raw = None
+
+    # 4. The tests, here; every use of a program object is a request to the host.
     try:
         exec_(tests, tests_ns)
     except base_exception as exc:
-        token = None
         code = untrusted_code if untrusted else memory if isinst(exc, memory_error) else \
             exit_attempt if isinst(exc, system_exit) else test_failed
+        token = None
         finish(code, exc, "a test failed")
     if untrusted:  # the tests caught the refusal themselves
         token = None
         finish(untrusted_code, None, "the tests compared a value of type %s, not a built-in value" % untrusted[0])
+    if failures:  # an assert inside a callback failed and the program swallowed the AssertionError
+        token = None
+        finish(test_failed, None, "a test failed inside a call from the program\n" + failures[0])
+    try:
+        request(("exit",))  # the host answers 'bye' (so it still ran) and exits
+    except base_exception as exc:
+        token = None
+        finish(test_failed, exc, "the program's process did not end cleanly")
+    status = reap(False)
+    if untrusted or failures or status is None:
+        finish(untrusted_code if untrusted else test_failed, None, "the tests did not complete")
     flush()
-    write(out, b"\n" + token + b"\n")
+    write(1, b"\n" + token + b"\n")
     exit_(ok)
+
+
+def main():
+    if sys.argv[1:] == ["--host"]:
+        host()
+    else:
+        judge()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import secrets
@@ -24,6 +25,7 @@ from distlab.recipes.lm.sandbox import procs, runner
 from distlab.recipes.lm.sandbox.config import SandboxConfig
 from distlab.recipes.lm.sandbox.isolation import command, detect, new_uids
 
+log = logging.getLogger("distlab")
 Status = Literal["passed", "failed", "timeout", "memory", "killed", "error"]
 TAIL = 64 << 10  # bytes of stdout and stderr kept; the rest stays on disk (capped by the file-size limit) and goes
 ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -57,9 +59,25 @@ def _status(rc: int, token_seen: bool, timed_out: bool, err: bytes) -> tuple[Sta
         return "memory", False
     if rc in (runner.PROGRAM_ERROR, runner.SETUP_ERROR):
         return "error", False
-    if rc < 0 or rc == 1 and b"unshare: " in err:  # unshare reports its child's signal death as 1 (util-linux 2.38)
+    # unshare reports its child's signal death as 1 (util-linux 2.38); the runner's judge reports its host's as
+    # 128 + the signal when it cannot die of that signal itself (the first process of a PID namespace)
+    if rc < 0 or 128 < rc <= 128 + 64 or rc == 1 and b"unshare: " in err:
         return "killed", False
     return "failed", rc in (runner.OK, runner.EXIT_ATTEMPT, runner.UNTRUSTED)
+
+
+def _precompile(python: str, path: Path) -> None:
+    """Bytecode of the runner for the sandbox's interpreter, in a ``__pycache__`` beside it (root-owned, readable):
+    its two processes import it instead of compiling it from source at every start. Without it they still work."""
+    try:
+        subprocess.run([python, "-I", "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)",
+                        str(path)], check=True, capture_output=True, timeout=60, cwd="/")
+        cache = path.parent / "__pycache__"
+        cache.chmod(0o755)
+        for f in cache.iterdir():
+            f.chmod(0o644)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("sandbox: no bytecode for the runner (%s); each run compiles it, ~15 ms per process", exc)
 
 
 def _temp_base(drop_uid: bool) -> str:
@@ -76,7 +94,8 @@ class Sandbox:
     Thread-safe; ``run`` may be called from several threads, and ``run_many`` runs a batch on ``workers`` slots.
     Only ``subprocess`` (fork+exec in C, nothing Python in the child) is used, so a process that has initialised
     CUDA or runs threads can call it. ``stats`` counts runs, each status and suspected hacks (a program that exited
-    0 without the tests completing, raised SystemExit, or fed the tests an object of its own type to compare).
+    without the tests completing, raised SystemExit, fed the tests an object of its own type to compare, or wrote
+    something other than the runner's messages to the judge).
     """
 
     def __init__(self, config: SandboxConfig | None = None, **overrides) -> None:
@@ -97,10 +116,14 @@ class Sandbox:
         # root-owned, others may traverse but not list; each run gets a dir inside, the program a subdir of that
         self.root = Path(tempfile.mkdtemp(prefix="distlab-sbx-", dir=_temp_base(self.isolation.drop_uid)))
         self.root.chmod(0o711)
-        self.runner = self.root / "runner.py"
+        # a folder of its own that the sandbox uids may list: imports need that, and the root hides the run dirs
+        (self.root / "lib").mkdir(mode=0o755)
+        (self.root / "lib").chmod(0o755)
+        self.runner = self.root / "lib" / "runner.py"
         shutil.copyfile(runner.__file__, self.runner)
         self.runner.chmod(0o644)
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.root), True)
+        _precompile(self.isolation.python, self.runner)
 
     def run(self, program: str, tests: str) -> SandboxResult:
         """Run ``program`` then ``tests`` in one namespace; passed only if every test statement completed."""
@@ -148,8 +171,10 @@ class Sandbox:
             work.mkdir(mode=0o700)
             if uid is not None:
                 os.chown(work, uid, uid)
-            # a uid of its own needs only its own budget; a shared one must sit above what the caller already runs
-            nproc = cfg.max_procs if uid is not None else cfg.max_procs * cfg.workers + procs.tasks_of_uid(os.getuid())
+            # a uid of its own needs only its own budget; a shared one must sit above what the caller already runs.
+            # +1: the runner's judge, besides the host process that runs the program (max_procs is the program's)
+            per_run = cfg.max_procs + 1
+            nproc = per_run if uid is not None else per_run * cfg.workers + procs.tasks_of_uid(os.getuid())
             argv = command(iso, str(self.runner), timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, nproc=nproc,
                            max_file_mb=cfg.max_file_mb, max_open_files=cfg.max_open_files, uid=uid,
                            site_packages=cfg.site_packages)
