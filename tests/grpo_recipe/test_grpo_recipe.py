@@ -81,17 +81,20 @@ def test_every_loss_type_trains_through_the_recipe(tmp_path, loss_type):
 
 
 def test_weighted_rewards_schedule_entropy_bonus_and_completion_log_through_the_recipe(tmp_path):
-    run_cli(["train", "grpo", *TINY, "steps=2", "evaluation.before=false", "reward_funcs=[tests,format]",
-             "reward_weights=[1.0,0.5]", "lr_scheduler_type=linear", "entropy_coef=0.01", "log_completions=1",
-             "run.name=rf"], tmp_path)
+    run_cli(["train", "grpo", *TINY, "steps=2", "evaluation.before=false",
+             "reward_funcs=[tests,format,tests_fraction]", "reward_weights=[1.0,0.5,0.25]", "lr_scheduler_type=linear",
+             "entropy_coef=0.01", "log_completions=1", "run.name=rf"], tmp_path)
     rows = _rows(tmp_path / "runs" / "rf")
     for r in rows:  # the reward the advantages use is the declared weighted sum of the logged per-function means
-        assert r["reward_mean"] == pytest.approx(r["rewards/tests"] + 0.5 * r["rewards/format"])
+        assert r["reward_mean"] == pytest.approx(r["rewards/tests"] + 0.5 * r["rewards/format"]
+                                                 + 0.25 * r["rewards/tests_fraction"])
+        assert r["rewards/tests"] <= r["rewards/tests_fraction"] <= 1.0  # partial credit, full only with tests
     assert [r["lr"] for r in rows] == pytest.approx([1e-3, 0.5e-3])  # linear to 0 at steps=2, no warm-up
     logged = _rows(tmp_path / "runs" / "rf", split="completions")
     assert [r["step"] for r in logged] == [1, 2]
     table = logged[0]["completions"]
-    assert len(table) == 2 * 4 and {"prompt", "completion", "reward", "tests", "format"} <= set(table[0])
+    assert len(table) == 2 * 4
+    assert {"prompt", "completion", "reward", "tests", "format", "tests_fraction"} <= set(table[0])
 
 
 def test_dynamic_sampling_refills_groups_and_keeps_two_ranks_in_step(tmp_path):

@@ -60,3 +60,26 @@ def test_a_user_reward_that_misbehaves_is_one_line(name, message):
 def test_bad_reward_settings_fail_before_launch(names, weights, message):
     with pytest.raises(DistlabError, match=message):
         check_rewards(names, weights, 10.0)
+
+
+def test_tests_fraction_is_weighted_and_reuses_the_tests_run():
+    fns = _fns(["tests_fraction", "tests", "format"], [2.0, 1.0, 0.5])
+    seen = []
+
+    def fraction(whole, value):
+        seen.append(whole)
+        return _done(value)
+
+    samples = [Sample(TASK, "p", GOOD, 10, False), Sample(TASK, "p", GOOD, 10, False)]
+    whole = [_done(1.0), _done(0.0)]
+    started = [fns.submit(s, lambda w=w: w, lambda wh, v=v: fraction(wh, v))
+               for s, w, v in zip(samples, whole, (1.0, 2 / 3))]
+    assert seen == whole  # the tests future is handed over, so the whole program runs once
+    values = fns.collect(started)
+    assert values["tests_fraction"] == [1.0, 2 / 3] and values["tests"] == [1.0, 0.0]
+    assert fns.total(values) == pytest.approx([2.0 + 1.0 + 0.5, 2 * 2 / 3 + 0.0 + 0.5])
+    only = _fns(["tests_fraction"])
+    got = only.collect([only.submit(samples[0], lambda: pytest.fail("tests is not named"),
+                                    lambda wh: fraction(wh, 0.5))])
+    assert got == {"tests_fraction": [0.5]} and seen[-1] is None
+    check_rewards(["tests_fraction"], [], 1.0)

@@ -115,7 +115,8 @@ def rollout(cfg: GRPOConfig, parts: Parts, tasks: list[Task], prompts: list[str]
                 c.prompt_index += start
                 task = tasks[c.prompt_index]
                 sample = Sample(task, prompts[c.prompt_index], c.text, len(c.token_ids), c.truncated)
-                started.append(parts.rewards.submit(sample, partial(parts.scorer.submit, task, c.text)))
+                started.append(parts.rewards.submit(sample, partial(parts.scorer.submit, task, c.text),
+                                                    partial(parts.scorer.submit_fraction, task, c.text)))
             comps += part
     return comps, started
 

@@ -1,7 +1,9 @@
 """Reward functions by name, summed with weights: TRL's ``reward_funcs``/``reward_weights``.
 
 A completion's reward is ``sum_i w_i r_i``. Built-ins: ``tests`` (1 when every hidden test passes, run in the
-sandbox), ``format`` (1 when the completion holds a program the extractor can take out), ``overlong`` (DAPO's soft
+sandbox), ``tests_fraction`` (partial credit: the fraction of the tests' asserts that pass, each assert run on its
+own after the program; 1 only when ``tests`` is 1 -- open-r1's ``code_reward``, verl's continuous code score),
+``format`` (1 when the completion holds a program the extractor can take out), ``overlong`` (DAPO's soft
 length penalty: 0 up to ``max_completion_length - overlong_buffer`` tokens, then falling linearly to -1 at the
 limit). A user's own function is named by import path, ``my_pkg.rewards:score``, and called as
 ``score(prompt=str, completion=str, task=Task) -> float`` in the reward workers, each call bounded by
@@ -21,7 +23,7 @@ from distlab.errors import DistlabError, near_matches
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.prompts import build_program
 
-BUILTIN = ("tests", "format", "overlong")
+BUILTIN = ("tests", "tests_fraction", "format", "overlong")
 
 
 @dataclass(frozen=True)
@@ -93,12 +95,20 @@ class RewardFunctions:
         self.user = {n: resolve(n) for n in self.names}
         self.mode, self.max_len, self.buffer, self.timeout_s, self.pool = mode, max_len, overlong_buffer, timeout_s, pool
 
-    def submit(self, sample: Sample, tests: Callable[[], Future]) -> dict[str, Future | float]:
-        """Start every reward of one sample; ``tests()`` submits the sandbox run (only when ``tests`` is named)."""
+    def submit(self, sample: Sample, tests: Callable[[], Future],
+               tests_fraction: Callable[[Future | None], Future] | None = None) -> dict[str, Future | float]:
+        """Start every reward of one sample: ``tests()`` submits the sandbox run (only when ``tests`` is named),
+        ``tests_fraction(whole)`` the partial-credit runs (handed the ``tests`` future when there is one)."""
         out: dict[str, Future | float] = {}
+        if "tests" in self.names:  # first: tests_fraction reuses its run
+            out["tests"] = tests()
         for name in self.names:
             if name == "tests":
-                out[name] = tests()
+                continue
+            if name == "tests_fraction":
+                if tests_fraction is None:
+                    raise DistlabError("reward tests_fraction is not available in this recipe; use tests")
+                out[name] = tests_fraction(out.get("tests"))
             elif name == "format":
                 out[name] = format_reward(sample, self.mode)
             elif name == "overlong":

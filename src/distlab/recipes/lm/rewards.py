@@ -7,6 +7,7 @@ text runs in it. The pool's threads share the counters, so every write to them h
 
 from __future__ import annotations
 
+import ast
 import threading
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,8 +26,26 @@ class Verdict(NamedTuple):
     stderr_tail: str
 
 
+def split_tests(tests: str) -> list[str]:
+    """One tests file per top-level ``assert``, each with every other statement (imports, setup) kept in place.
+
+    Fewer than two asserts, or tests that do not parse: the file as it is, alone (then partial credit is 0 or 1).
+    """
+    try:
+        body = ast.parse(tests).body
+    except SyntaxError:
+        return [tests]
+    asserts = [i for i, node in enumerate(body) if isinstance(node, ast.Assert)]
+    if len(asserts) < 2:
+        return [tests]
+    parts = [ast.get_source_segment(tests, node) or ast.unparse(node) for node in body]
+    return ["\n".join(p for i, p in enumerate(parts) if i == keep or i not in asserts) + "\n" for keep in asserts]
+
+
 class RewardScorer:
     """``submit(task, completion) -> Future[float]``: 1.0 when every hidden test passed, else 0.0.
+
+    ``submit_fraction`` gives partial credit instead: the fraction of the tests' asserts that pass.
 
     ``submit_detailed`` gives the whole :class:`Verdict` (SCoRe's guidance may see how turn 1 failed).
     """
@@ -43,6 +62,28 @@ class RewardScorer:
 
     def submit_detailed(self, task: Task, completion: str) -> Future:
         return self.pool.submit(self.verdict, task, completion)
+
+    def submit_fraction(self, task: Task, completion: str, whole: Future | None = None) -> Future:
+        """Partial credit, the fraction of test asserts passed (``tests_fraction``); see :meth:`fraction`."""
+        return self.pool.submit(self.fraction, task, completion, whole)
+
+    def fraction(self, task: Task, completion: str, whole: Future | None = None) -> float:
+        """1.0 when the tests pass as a whole, else the fraction of asserts that pass, each run on its own.
+
+        Each assert runs as its own sandbox job after the program (with the tests' other statements, as
+        :func:`split_tests` cuts them); the result is capped below 1 when the whole file failed, so only a program
+        that passes ``tests`` gets full credit. ``whole``: the ``tests`` reward's future for the same completion,
+        when that reward is computed anyway (it was submitted first, so it is running or done: no deadlock).
+        """
+        passed = whole.result() if whole is not None else self.verdict(task, completion).reward
+        if passed == 1.0:
+            return 1.0
+        jobs = split_tests(task.tests)
+        program = build_program(task, completion, self.mode)
+        if len(jobs) < 2 or not program:
+            return 0.0
+        results = self.sandbox.run_many([(program, tests) for tests in jobs])
+        return min(sum(r.passed for r in results), len(jobs) - 1) / len(jobs)
 
     def verdict(self, task: Task, completion: str) -> Verdict:
         """Runs the completion's program against the task's tests (in the calling thread)."""
