@@ -12,6 +12,7 @@ from distlab.recipes.lm.tasks.extract import extract_code
 from distlab.recipes.lm.tasks.humaneval import load_humaneval
 from distlab.recipes.lm.tasks.jsonl import load_jsonl
 from distlab.recipes.lm.tasks.mbpp import DEFAULT_MBPP_DIR, load_mbpp
+from distlab.recipes.lm.tasks.saved_dataset import is_dataset_dir, load_saved_dataset
 from distlab.recipes.lm.tasks.prompts import (build_program, chat_messages, stop_strings, text_completion,
                                               text_prompt)
 from distlab.recipes.lm.tasks.synthetic import FAMILIES, FAMILIES_EVAL, FAMILIES_TRAIN, synthetic_tasks
@@ -20,15 +21,16 @@ from distlab.recipes.lm.tasks.task import Task
 SOURCES = ("mbpp", "humaneval", "synthetic")
 
 __all__ = ["DEFAULT_MBPP_DIR", "FAMILIES", "FAMILIES_EVAL", "FAMILIES_TRAIN", "SOURCES", "Task", "build_program",
-           "chat_messages", "extract_code", "load_humaneval", "load_jsonl", "load_mbpp", "load_tasks", "stop_strings",
-           "synthetic_tasks", "text_completion", "text_prompt"]
+           "chat_messages", "extract_code", "is_dataset_dir", "load_humaneval", "load_jsonl", "load_mbpp",
+           "load_saved_dataset", "load_tasks", "stop_strings", "synthetic_tasks", "text_completion", "text_prompt"]
 
 
 def load_tasks(source: str, split: str, *, mbpp_dir: str | os.PathLike[str] | None = None, n: int | None = None,
                seed: int = 0, families: str | list[str] | None = None, include_challenge: bool = False) -> list[Task]:
     """Tasks named the way configs name them.
 
-    ``FILE.jsonl``: a user's own tasks (:mod:`.jsonl`), ``split`` unused. ``mbpp``: ``split`` is
+    ``FILE.jsonl``: a user's own tasks (:mod:`.jsonl`), ``split`` unused. ``DIR``: a ``datasets`` directory saved
+    with ``save_to_disk`` (:mod:`.saved_dataset`), ``split`` picks a DatasetDict's split. ``mbpp``: ``split`` is
     train/validation/test/prompt or sanitized-<split>. ``humaneval``: split ``test`` (it is
     an evaluation set only). ``synthetic``: split ``train`` or ``eval`` picks ``FAMILIES_TRAIN`` or the held-out
     ``FAMILIES_EVAL`` unless ``families`` is given, and ``n`` tasks are drawn from ``seed``. For the real
@@ -36,6 +38,8 @@ def load_tasks(source: str, split: str, *, mbpp_dir: str | os.PathLike[str] | No
     """
     if str(source).endswith(".jsonl"):  # a user's own tasks; the file is the split
         tasks = load_jsonl(source)
+    elif source not in SOURCES and is_dataset_dir(source):  # a user's datasets directory
+        tasks = load_saved_dataset(source, split)
     elif source == "mbpp":
         tasks = load_mbpp(split, mbpp_dir, include_challenge=include_challenge)
     elif source == "humaneval":
@@ -50,6 +54,7 @@ def load_tasks(source: str, split: str, *, mbpp_dir: str | os.PathLike[str] | No
         return synthetic_tasks(n, seed=seed, families=families if families is not None else split)
     else:
         hint = near_matches(source, SOURCES)
-        raise DistlabError(f"unknown task source {source!r}; choose one of {', '.join(SOURCES)} or a .jsonl file"
+        raise DistlabError(f"unknown task source {source!r}; choose one of {', '.join(SOURCES)} or a .jsonl file "
+                           f"or a datasets directory"
                            + (f" (did you mean {hint[0]!r}?)" if hint else ""))
     return tasks if n is None else tasks[:n]

@@ -2,9 +2,10 @@
 
 One task per line. ``prompt`` is the problem: a string (TRL's standard layout) or a list of ``{"role",
 "content"}`` messages (the conversational layout; the user turns are the problem, joined in order). ``tests`` is
-Python run after the program (asserts); optional: ``task_id`` (default ``<file>/<line>``), ``entry_point`` (the
-function the tests call), ``visible_test`` (shown in the prompt), ``solution`` (a reference program, for the
-warm-up). Every line is checked when the file is read, before any process starts; an error names the line.
+Python run after the program (asserts; a string or a list of strings); optional: ``task_id`` (default
+``<file>/<line>``), ``entry_point`` (the function the tests call), ``visible_test`` (shown in the prompt),
+``solution`` (a reference program, for the warm-up). Every line is checked when the file is read, before any
+process starts; an error names the line. A ``datasets`` directory with the same columns: :mod:`.saved_dataset`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,18 @@ def _prompt(value: Any, where: str) -> str:
                        f"user turn")
 
 
-def _task(row: Any, where: str, stem: str, line: int) -> Task:
+def _tests(value: Any, where: str) -> str:
+    """Python run after the program: a string, or a list of statements (MBPP's ``test_list``) joined by lines."""
+    if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
+        value = "\n".join(value)
+    if not isinstance(value, str) or not value.strip():
+        raise DistlabError(f"{where}: 'tests' must be non-empty Python (asserts run after the program), as a string "
+                           f"or a list of strings")
+    return value
+
+
+def task_from_row(row: Any, where: str, default_id: str, source: str = "jsonl") -> Task:
+    """One task from a row of the user's data (a JSONL line, a datasets row); errors name ``where``."""
     if not isinstance(row, dict):
         raise DistlabError(f"{where}: each line must be a JSON object with 'prompt' and 'tests', got "
                            f"{type(row).__name__}")
@@ -38,15 +50,14 @@ def _task(row: Any, where: str, stem: str, line: int) -> Task:
     if missing:
         raise DistlabError(f"{where}: missing {', '.join(repr(k) for k in missing)} (each line needs 'prompt' and "
                            f"'tests')")
-    if not isinstance(row["tests"], str) or not row["tests"].strip():
-        raise DistlabError(f"{where}: 'tests' must be non-empty Python (asserts run after the program)")
+    tests = _tests(row["tests"], where)
     extra = {k: row[k] for k in OPTIONAL if row.get(k) is not None}
     for key, value in extra.items():
         if not isinstance(value, str):
             raise DistlabError(f"{where}: {key!r} must be a string, got {type(value).__name__}")
-    return Task(task_id=extra.get("task_id", f"{stem}/{line}"), prompt=_prompt(row["prompt"], where),
-                entry_point=extra.get("entry_point"), tests=row["tests"], visible_test=extra.get("visible_test", ""),
-                source="jsonl", solution=extra.get("solution", ""))
+    return Task(task_id=extra.get("task_id", default_id), prompt=_prompt(row["prompt"], where),
+                entry_point=extra.get("entry_point"), tests=tests, visible_test=extra.get("visible_test", ""),
+                source=source, solution=extra.get("solution", ""))
 
 
 def load_jsonl(path: str | Path) -> list[Task]:
@@ -64,7 +75,7 @@ def load_jsonl(path: str | Path) -> list[Task]:
                 row = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise DistlabError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
-            task = _task(row, where, p.stem, n)
+            task = task_from_row(row, where, f"{p.stem}/{n}")
             if task.task_id in ids:
                 raise DistlabError(f"{where}: task_id {task.task_id!r} appears twice; ids must be unique")
             ids.add(task.task_id)
