@@ -189,14 +189,15 @@ class Box:
         self.value = pickle.loads(raw) if isinstance(raw, bytes) else raw
 
 
-def find_checkpoint(target: Path, verify_given: bool = False) -> Path:
+def find_checkpoint(target: Path, verify_given: bool = False, skipped: list[str] | None = None) -> Path:
     """A checkpoint directory as given, or the newest valid one under a run directory.
 
     A run directory's checkpoints are verified to choose one; ``verify_given`` verifies a given
     checkpoint directory too, so the result is verified either way (``distlab eval``: the ranks that
     load it afterwards do not hash it again, which would read the whole checkpoint once per rank).
     Every way this can fail says which of the cases it is (no such path, not a run, nothing saved yet,
-    everything saved is corrupt, the given one is corrupt), because the fix differs for each.
+    everything saved is corrupt, the given one is corrupt), because the fix differs for each. ``skipped``
+    receives ``"stepNNNNNNNN (why)"`` for each newer checkpoint passed over as corrupt, for the caller to say.
     """
     target = Path(target)
     if not target.exists():
@@ -215,6 +216,8 @@ def find_checkpoint(target: Path, verify_given: bool = False) -> Path:
     for s in steps:
         problem = verify_checkpoint(s)
         if problem is None:
+            if skipped is not None:
+                skipped += [f"{p.split(':', 1)[0]} ({p.split(': ', 1)[1]})" for p in problems]
             return s
         problems.append(f"{s.name}: {problem}")
     if problems:
@@ -437,11 +440,15 @@ def load_model_weights(model: torch.nn.Module, ckpt: Path, prefer: str | None = 
     return name
 
 
-def export_model(checkpoint: Path, out: Path) -> Path:
-    """Consolidate a (possibly sharded) DCP checkpoint's model weights into one ``torch.save`` file."""
+def export_model(checkpoint: Path, out: Path, verified: bool = False) -> Path:
+    """Consolidate a (possibly sharded) DCP checkpoint's model weights into one ``torch.save`` file.
+
+    The checkpoint is verified first unless the caller did (``verified``: ``distlab export`` checks it as it
+    chooses it, so it is hashed once).
+    """
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    problem = verify_checkpoint(checkpoint)
+    problem = None if verified else verify_checkpoint(checkpoint)
     if problem:
         raise DistlabError(f"cannot export {checkpoint}: {problem}")
     with tempfile.TemporaryDirectory() as td:

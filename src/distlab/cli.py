@@ -101,14 +101,16 @@ def cmd_eval(a: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_export(a: argparse.Namespace, extra: list[str]) -> int:
-    from distlab.checkpoint import export_model, find_checkpoint
-    from distlab.rundir import run_dir_of
+    from distlab.export import export_checkpoint
 
     _split_unknown(extra)
-    ckpt = find_checkpoint(Path(a.target))
-    out = Path(a.output) if a.output else run_dir_of(ckpt) / "model.pt"
-    export_model(ckpt, out)
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) from {ckpt}")
+    out, ckpt, skipped = export_checkpoint(Path(a.target), a.format, Path(a.output) if a.output else None,
+                                           a.adapter)
+    if skipped:
+        print(f"skipped corrupt checkpoint {'; '.join(skipped)}: exporting {ckpt.name}, the newest good one",
+              file=sys.stderr)
+    size = out.stat().st_size if out.is_file() else sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"wrote {out} ({size / 1e6:.1f} MB) from {ckpt}")
     return 0
 
 
@@ -145,9 +147,13 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", help="folder for eval.json and logs (default: <run>/eval/<step>/)")
     _add_launch_flags(e)
     e.set_defaults(func=cmd_eval)
-    x = sub.add_parser("export", help="write a single-file consolidated model from a checkpoint")
-    x.add_argument("target", help="run directory or checkpoint directory")
-    x.add_argument("-o", "--output")
+    x = sub.add_parser("export", help="write a checkpoint's model for use outside distlab (--format pt | hf)")
+    x.add_argument("target", help="run directory (its newest good checkpoint) or checkpoint directory")
+    x.add_argument("-o", "--output", help="default: <run>/model.pt, <run>/hf or <run>/hf-adapter")
+    x.add_argument("--format", default="pt", help="pt: one torch.save file of every model (default); hf: a "
+                   "save_pretrained directory that transformers loads (LM recipes), LoRA merged")
+    x.add_argument("--adapter", action="store_true", help="with --format hf: keep the LoRA adapter (PEFT) "
+                   "instead of merging it")
     x.set_defaults(func=cmd_export)
     r = sub.add_parser("recipes", help="list the installed recipes")
     r.set_defaults(func=cmd_recipes)

@@ -68,6 +68,10 @@ class Recipe:
     lr_keys: tuple[str, ...] = ()  # scaled by scale.lr
     validate: Callable[[Any, int], None] | None = None  # fail-fast checks in the launching process
     evaluate: Callable[[Any, Any, Path], dict] | None = None  # (cfg, Session, checkpoint) -> metrics
+    # ``distlab export --format F`` for F in export_formats (the core writes ``pt`` itself): (cfg, checkpoint,
+    # out_dir, F, adapter) writes the model into the empty out_dir, on one process; the checkpoint is verified
+    export: Callable[[Any, Path, Path, str, bool], None] | None = None
+    export_formats: tuple[str, ...] = ()
     model_spec: Callable[[Any], Any] | None = None  # doctor's memory estimate: a ModelSpec or a list, one per model
     register_commands: Callable[[Any, Any], None] | None = None  # (top-level, `data`) subparsers: extra commands
     aliases: dict[str, str] = field(default_factory=dict)  # legacy flag -> override key

@@ -1,5 +1,6 @@
 import json
 import logging
+import re
 
 import pytest
 import torch
@@ -168,3 +169,31 @@ def _restore_path(mgr, path):
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     state = _state(model, opt)
     return model, opt, state, mgr.restore(state, path=path)
+
+
+def test_export_verifies_hashes_falls_back_and_names_the_corrupt_checkpoint(tmp_path, capsys):
+    """As ``distlab eval``: the newest good checkpoint of a run, the skipped one named in one line; a corrupt
+    checkpoint given by name is refused; a format the checkpoint's recipe does not write is one line too."""
+    from distlab.cli import main
+
+    _, weights = _save_steps(tmp_path, [1, 2])
+    run = tmp_path / "run"
+    run.mkdir()
+    (tmp_path / "ck").rename(run / "checkpoints")
+    newest = run / "checkpoints" / "step00000002"
+    shard = max(newest.glob("*.distcp"), key=lambda p: p.stat().st_size)
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # same size: only the hash can tell
+    shard.write_bytes(bytes(raw))
+    assert main(["export", str(run)]) == 0
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(err) == 1 and "skipped corrupt checkpoint step00000002" in err[0] and "step00000001" in err[0], err
+    model = _model(seed=7)
+    model.load_state_dict(torch.load(run / "model.pt", weights_only=False)["model"])
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights[1]))
+    for argv, message in ((["export", str(newest)], "cannot export .*step00000002: .*corrupted"),
+                          (["export", str(run), "--format", "hf"], "recipe 'test'"),  # pt needs no recipe
+                          (["export", str(run), "--adapter"], "add --format hf")):
+        assert main(argv) == 2
+        err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert len(err) == 1 and re.search(message, err[0]), err

@@ -8,6 +8,7 @@ from pathlib import Path
 from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
 from distlab.recipes.grpo.config import ALIASES, GRPOConfig
+from distlab.recipes.lm.export import FORMATS as EXPORT_FORMATS
 from distlab.recipes.lm.settings import LM_POSITIVE_KEYS
 
 PRESETS = Path(__file__).parent / "presets"
@@ -62,6 +63,12 @@ def model_spec(cfg: GRPOConfig) -> list[ModelSpec]:
     return lm_specs(cfg, ["policy"] + (["reference"] if cfg.beta > 0 else []), rollouts)
 
 
+def export(cfg: GRPOConfig, ckpt: Path, out: Path, fmt: str, adapter: bool) -> None:
+    from distlab.recipes.lm.export import export_hf
+
+    export_hf(cfg, ckpt, out, fmt, adapter)
+
+
 def register_commands(top, data_subparsers) -> None:  # noqa: ARG001
     from distlab.recipes.lm.sandbox.cli import add_command
 
@@ -70,7 +77,7 @@ def register_commands(top, data_subparsers) -> None:  # noqa: ARG001
 
 RECIPE = Recipe(name="grpo", config=GRPOConfig, train=train, presets_dir=PRESETS, batch_keys=("prompts_per_step",),
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
-                register_commands=register_commands, aliases=ALIASES,
+                register_commands=register_commands, aliases=ALIASES, export=export, export_formats=EXPORT_FORMATS,
                 report_metrics=("pass@1", "sampled_pass@1", "reward_mean"), positive_keys=LM_POSITIVE_KEYS,
                 supports=frozenset({"run.time_limit_s", "dist.grad_accum", "dist.wrap", "dist.compile",
                                     "dist.compile_mode", "dist.activation_checkpointing",
