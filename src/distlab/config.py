@@ -213,6 +213,9 @@ def compose(cls: type, presets: list[Path] = (), overrides: list[str] = (),
             data = OmegaConf.load(p)
         except Exception as exc:  # yaml errors carry multi-line messages
             raise DistlabError(f"cannot read config file {p}: {str(exc).splitlines()[0]}") from None
+        if data is None or isinstance(data, DictConfig) and not data:
+            raise DistlabError(f"config file {p} is empty; give it key: value lines (e.g. steps: 100) or leave "
+                               f"--config out")
         if not isinstance(data, DictConfig):
             raise DistlabError(f"config file {p} holds a {type(data).__name__.replace('Config', '').lower()}, not a "
                                f"mapping; write it as key: value lines (e.g. steps: 100)")

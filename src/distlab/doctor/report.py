@@ -146,17 +146,19 @@ def run_doctor(*, json_out: bool, bandwidth: bool = True, model: ModelSpec | Non
     return report["exit_code"]
 
 
-def recipe_model_spec(recipe_name: str, overrides: list[str], presets: list[str]) -> ModelSpec | list[ModelSpec]:
-    """The memory model of a recipe config, so the estimate matches what ``train`` would build."""
-    from distlab.recipe import load_recipe
-    from distlab.config import resolve_config
-
+def recipe_model_spec(recipe_name: str, overrides: list[str], presets: list[str], world_size: int = 1
+                      ) -> ModelSpec | list[ModelSpec]:
+    """The memory model of a recipe config, so the estimate matches what ``train`` would build; the config passes
+    the same checks ``train`` makes first, so a setting train refuses is refused here in the same line."""
+    from distlab.launch import preflight
     from distlab.memory_estimate import recipe_specs
+    from distlab.recipe import load_recipe
 
     recipe = load_recipe(recipe_name)
     if recipe.model_spec is None:
         raise DistlabError(f"recipe '{recipe_name}' gives no memory model; run doctor without --recipe")
-    return recipe_specs(recipe, resolve_config(recipe, presets, overrides))
+    recipe, cfg = preflight(recipe_name, presets, overrides, world_size, any_machine=True)
+    return recipe_specs(recipe, cfg)
 
 
 def run_from_args(args: argparse.Namespace, extra: list[str] | None = None, model: ModelSpec | None = None) -> int:
@@ -165,12 +167,13 @@ def run_from_args(args: argparse.Namespace, extra: list[str] | None = None, mode
         bad = [e for e in extra or [] if "=" not in e]
         if bad:
             raise DistlabError(f"unexpected arguments {' '.join(bad)}; doctor takes key=value overrides after --recipe")
-        model = recipe_model_spec(args.recipe, list(extra or []), args.config)
-    elif extra:
-        raise DistlabError(f"unexpected arguments {' '.join(extra)}; overrides need --recipe NAME")
     # The advice is about the run being planned: `distlab train R` without --procs is one process, so a
     # --recipe check without --procs is too; the all-reduce test always needs at least two.
     train_procs = args.procs if args.procs is not None else (1 if getattr(args, "recipe", None) else 2)
+    if getattr(args, "recipe", None):
+        model = recipe_model_spec(args.recipe, list(extra or []), args.config, train_procs)
+    elif extra:
+        raise DistlabError(f"unexpected arguments {' '.join(extra)}; overrides need --recipe NAME")
     return run_doctor(json_out=args.json_out, bandwidth=args.bandwidth, model=model,
                       scaling_file=args.scaling_file, procs=max(2, train_procs), bandwidth_mb=args.bandwidth_mb,
                       timeout_s=args.timeout, train_procs=train_procs)

@@ -126,6 +126,23 @@ def _load(target: str, extra: Sequence[str], flags: Sequence[str]) -> Suite:
     return load_suite(target).layered(SCALE_DEFAULTS, _extra_overrides(extra, flags))
 
 
+def _check_runs(suite: Suite, seeds, scale: str | None, root: str) -> None:
+    """Every experiment's config composed as its runs would compose it, before anything starts or is written:
+    a key the recipe does not have (``foo=1`` after the suite name) is refused here, not in every run's log."""
+    from distlab.config import resolve_config
+    from distlab.recipe import load_recipe
+
+    recipe, seen = load_recipe(suite.recipe), set()
+    for spec in suite.runs(seeds, scale=scale, root=root):
+        if spec.experiment in seen:
+            continue
+        seen.add(spec.experiment)
+        try:
+            resolve_config(recipe, [], spec.overrides)
+        except DistlabError as exc:
+            raise DistlabError(f"suite {suite.name}, experiment {spec.experiment}: {exc}") from None
+
+
 # ----------------------------------------------------------------------------------------------- slurm
 
 def cmd_slurm(a: argparse.Namespace, extra: list[str]) -> int:
@@ -133,6 +150,7 @@ def cmd_slurm(a: argparse.Namespace, extra: list[str]) -> int:
     from distlab.suite.slurm import write_slurm_scripts
 
     suite = _load(a.suite, extra, ["--procs", *SLURM_FLAGS, "--seeds", "--smoke", "--scale", "--root"])
+    _check_runs(suite, a.seeds, a.scale, a.root)
     bundle = write_slurm_scripts(suite, a.out, gpus_per_node=a.gpus_per_node, nodes=a.nodes,
                                  cpus_per_task=a.cpus_per_task, mem=a.mem, time=a.time, seeds=a.seeds,
                                  partition=a.partition, account=a.account, scale=a.scale, python=a.python,
@@ -211,6 +229,7 @@ def cmd_run(a: argparse.Namespace, extra: list[str]) -> int:
     from distlab.suite.runner import device_slots, plan, print_plan, run_suite, visible_gpus
 
     suite = _load(a.suite, extra, [*RUN_FLAGS, *SLURM_FLAGS])
+    _check_runs(suite, a.seeds, a.scale, a.root)
     slots = device_slots(a.gpus, a.procs, a.parallel, visible_gpus() if a.procs is None else [])
     jobs = plan(suite, a.seeds, a.scale, Path(a.root), Path(a.logs), slots)
     if a.dry_run:

@@ -21,7 +21,7 @@ from distlab.suite.document import atomic_write_text
 from distlab.suite.spec import Suite
 
 REQUEUE_EXIT_CODE = 75  # EX_TEMPFAIL: "checkpointed because asked to stop; run me again"
-_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+_TIME_RE = re.compile(r"^(\d+-\d+(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2}|infinite|unlimited)$", re.I)
 _MEM_RE = re.compile(r"^\d+[KMGT]?$")
 TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 
@@ -166,6 +166,26 @@ def _setup(nodes: int) -> str:
     return _MULTINODE_SETUP
 
 
+def _check_time(time: str) -> None:
+    """SLURM's --time forms (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S), each field in range: sbatch rejects
+    99-99:99 at submission, long after the script was written."""
+    why = "" if _TIME_RE.match(time) else "not in a SLURM form"
+    if not why and time.lower() not in ("infinite", "unlimited"):
+        days, _, rest = time.rpartition("-")
+        fields = [int(x) for x in rest.split(":")]
+        if days:  # D-H[:M[:S]]
+            limits = [24, 60, 60][: len(fields)]
+        else:  # M | M:S | H:M:S
+            limits = {1: [None], 2: [None, 60], 3: [None, 60, 60]}[len(fields)]
+        bad = [f for f, lim in zip(fields, limits) if lim is not None and f >= lim]
+        if bad:
+            why = "a field is out of range (hours < 24 after days, minutes and seconds < 60)"
+        elif not days and not any(fields) or days and not int(days) and not any(fields):
+            why = "it is zero"
+    if why:
+        raise DistlabError(f"time={time!r}: {why}; write e.g. 12:00:00, 90 (minutes) or 2-00:00:00")
+
+
 def _validate(gpus: int, nodes: int, cpus: int, mem: str, time: str, signal_s: int) -> None:
     if nodes < 1:
         raise DistlabError(f"nodes={nodes}: need at least 1 node")
@@ -175,8 +195,7 @@ def _validate(gpus: int, nodes: int, cpus: int, mem: str, time: str, signal_s: i
         raise DistlabError(f"cpus_per_task={cpus}: need at least 1 CPU")
     if not _MEM_RE.match(str(mem)):
         raise DistlabError(f"mem={mem!r} is not a SLURM memory size; write e.g. 64G, 512M or 16000 (MB)")
-    if not _TIME_RE.match(str(time)):
-        raise DistlabError(f"time={time!r} is not a SLURM time; write e.g. 12:00:00, 90 (minutes) or 2-00:00:00")
+    _check_time(str(time))
     if not 0 < signal_s <= 65535:
         raise DistlabError(f"signal_s={signal_s}: give the seconds before the time limit to warn, 1..65535")
 

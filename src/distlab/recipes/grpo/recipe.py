@@ -23,10 +23,11 @@ def train(cfg: GRPOConfig, session) -> dict:
 
 def check(cfg: GRPOConfig, world_size: int) -> None:
     """Settings that cannot work together, named before any process starts."""
-    from distlab.recipes.lm.checks import check_groups, check_kl
+    from distlab.recipes.lm.checks import check_groups, check_kl, check_roles
     from distlab.recipes.lm.reward_funcs import check_rewards
 
     check_groups(cfg, world_size)
+    check_roles(cfg.models, ("policy",), {"reference": "the KL anchor must not move"})
     check_kl(cfg.kl, {"beta": cfg.beta})
     check_rewards(cfg.reward_funcs, cfg.reward_weights, cfg.reward_timeout_s)
     if "overlong" in cfg.reward_funcs and not 0 < cfg.overlong_buffer < cfg.sampling.max_completion_length:
@@ -44,9 +45,10 @@ def check(cfg: GRPOConfig, world_size: int) -> None:
 
 
 def validate(cfg: GRPOConfig, world_size: int) -> None:
-    from distlab.recipes.lm.checks import check_sources
+    from distlab.recipes.lm.checks import check_settings, check_sources
 
     check(cfg, world_size)
+    check_settings(cfg)
     check_sources(cfg)
 
 

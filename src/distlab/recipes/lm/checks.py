@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.model_source import resolve_source
-from distlab.recipes.lm.settings import check_checkpointing
+from distlab.recipes.lm.model_source import check_model_files, resolve_source
+from distlab.recipes.lm.settings import EvalConfig, SamplingConfig, check_checkpointing
 from distlab.recipes.lm.task_sets import check_task_data
 
 
@@ -36,6 +36,56 @@ def check_kl(kl: str, weights: dict[str, float]) -> None:
 def check_sources(cfg: Any, *extra_sources: str) -> None:
     """Models, task data and recomputation settings that would fail inside every rank, named here instead."""
     for source in (cfg.model.source, *[s for s in extra_sources if s]):
-        resolve_source(source)
+        check_model_files(resolve_source(source), source)
     check_task_data(cfg.task)
     check_checkpointing(cfg)
+
+
+def check_sampling(s: SamplingConfig) -> None:
+    """Training samples G completions per prompt to compare them: greedy decoding gives G equal ones, no signal."""
+    if not 0 < s.top_p <= 1:
+        raise DistlabError(f"sampling.top_p={s.top_p} must lie in (0, 1]: the share of probability mass kept "
+                           f"(1 = no nucleus filter)")
+    if not s.temperature > 0 or s.temperature == float("inf"):
+        raise DistlabError(f"sampling.temperature={s.temperature} must be above 0 and finite for training: at 0 "
+                           f"(greedy) the G completions of a group are equal and every advantage is 0; "
+                           f"evaluation is greedy anyway (evaluation.eval_temperature is for sampled pass@k)")
+
+
+def check_evaluation(ev: EvalConfig) -> None:
+    """pass@k needs k samples: each k lies in 1..samples."""
+    if ev.samples < 1:
+        raise DistlabError(f"evaluation.samples={ev.samples} must be 1 or more (1 = greedy pass@1 only)")
+    if ev.eval_interval_steps < 0:
+        raise DistlabError(f"evaluation.eval_interval_steps={ev.eval_interval_steps} must be 0 (before and after "
+                           f"training only) or more")
+    try:
+        ks = [int(k) for k in str(ev.ks).split(",") if k.strip()]
+    except ValueError:
+        raise DistlabError(f"evaluation.ks={ev.ks!r} is not a comma-separated list of integers, e.g. 1,5") from None
+    bad = [k for k in ks if not 1 <= k <= ev.samples]
+    if not ks or bad:
+        raise DistlabError(f"evaluation.ks={ev.ks}: pass@k needs 1 <= k <= evaluation.samples={ev.samples}; "
+                           f"raise evaluation.samples to {max(ks or [1])} or drop k={bad or ks}")
+    if ev.samples > 1 and not 0 < ev.eval_temperature < float("inf"):
+        raise DistlabError(f"evaluation.eval_temperature={ev.eval_temperature} must be above 0 and finite when "
+                           f"evaluation.samples={ev.samples} (sampled pass@k)")
+
+
+def check_roles(models: Any, trained: tuple[str, ...], frozen: dict[str, str]) -> None:
+    """Each model trains or stays frozen as its role needs; ``frozen`` maps a name to why it must not move."""
+    for name in trained:
+        if name in models and not models[name].trainable:
+            raise DistlabError(f"models.{name}.trainable=false: the {name} is what this recipe trains; keep it true")
+    for name, why in frozen.items():
+        if name in models and models[name].trainable:
+            raise DistlabError(f"models.{name}.trainable=true: {why}; keep it false")
+
+
+def check_settings(cfg: Any) -> None:
+    """Values each LM recipe reads only inside a rank, checked once here: sampling, evaluation, the sandbox."""
+    from distlab.recipes.lm.sandbox.config import check_sandbox
+
+    check_sampling(cfg.sampling)
+    check_evaluation(cfg.evaluation)
+    check_sandbox(cfg.sandbox)

@@ -122,6 +122,8 @@ def resolve_source(source: str) -> ResolvedSource:
             return ResolvedSource("gguf", ggufs[0].resolve())
         raise DistlabError(
             f"model source {source!r}: directory has no config.json (and not exactly one .gguf); {EXPECTED}")
+    if path.exists():
+        raise DistlabError(f"model source {source!r} is a file but not a .gguf; {EXPECTED}")
     raise DistlabError(f"model source {source!r} not found; {EXPECTED}")
 
 
@@ -153,8 +155,10 @@ def load_causal_lm(
     (non-reentrant, so it composes with FSDP2 and LoRA). ``seed`` only matters for ``tiny:`` models.
     ``gguf_cache=False`` reads a GGUF file directly every time instead of the converted copy.
     """
+    from distlab.optim_state import import_torchao_quietly
     from distlab.recipes.lm.model_parts import apply_lora, enable_gradient_checkpointing
 
+    import_torchao_quietly()  # transformers imports it when installed; first, without its error-looking lines
     dtype = as_dtype(dtype)
     resolved = resolve_source(source)
     if resolved.kind == "tiny":
@@ -192,3 +196,47 @@ def load_causal_lm(
     if lora_r > 0:
         model = apply_lora(model, r=lora_r, alpha=lora_alpha, dropout=lora_dropout)
     return model, tok
+
+
+def check_model_files(resolved: ResolvedSource, source: str) -> None:
+    """Before any process starts: a GGUF file parses to its end and an HF directory has a readable config and
+    weights, so a broken download is named here, not as a ``struct.error`` inside every rank."""
+    if resolved.kind == "gguf":
+        _check_gguf(resolved.path, source)
+    elif resolved.kind == "hf_dir":
+        _check_hf_dir(resolved.path, source)
+
+
+def _check_gguf(path: Path, source: str) -> None:
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    if size < 24 or head[:4] != b"GGUF":
+        raise DistlabError(f"model source {source!r}: {path} is not a GGUF file ({size} bytes, starts with "
+                           f"{head[:4]!r}); re-download it or point at another model")
+    try:
+        from gguf import GGUFReader
+
+        tensors = GGUFReader(path).tensors
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in tensors), default=0)
+    except Exception as exc:  # the reader raises ValueError, struct.error, IndexError... on a broken file
+        raise DistlabError(f"model source {source!r}: {path} is a damaged GGUF file ({type(exc).__name__}: "
+                           f"{exc}); re-download it") from None
+    if not tensors or end > size:
+        raise DistlabError(f"model source {source!r}: {path} is truncated ({size} bytes, its tensors need {end}); "
+                           f"re-download it")
+
+
+def _check_hf_dir(path: Path, source: str) -> None:
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise DistlabError(f"model source {source!r}: {path / 'config.json'} is not readable JSON ({exc})") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise DistlabError(f"model source {source!r}: {path / 'config.json'} has no model_type; it is not a "
+                           f"transformers model config")
+    weights = [p for pattern in ("*.safetensors", "pytorch_model*.bin") for p in path.glob(pattern)]
+    if not weights:
+        raise DistlabError(f"model source {source!r}: {path} has no weights (*.safetensors or pytorch_model*.bin)")

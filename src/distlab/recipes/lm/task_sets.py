@@ -32,17 +32,4 @@ def task_split(cfg: TaskConfig) -> tuple[list[Task], list[Task], list[Task]]:
 
 def check_task_data(cfg: TaskConfig) -> None:
     """Before any process starts: the data files a task set needs exist (MBPP is read from ``task.mbpp_dir``)."""
-    if "mbpp" in (cfg.train, cfg.eval):
-        from distlab.recipes.lm.tasks.mbpp import resolve_dir
-
-        resolve_dir(cfg.mbpp_dir)
-    for source, split in ((cfg.train, cfg.train_split), (cfg.eval, cfg.eval_split)):
-        if source.endswith(".jsonl"):
-            from distlab.recipes.lm.tasks.jsonl import load_jsonl
-
-            load_jsonl(source)  # every line checked here, before a rank reads it
-        elif source not in ("mbpp", "humaneval", "synthetic"):
-            from distlab.recipes.lm.tasks.saved_dataset import is_dataset_dir, load_saved_dataset
-
-            if is_dataset_dir(source):
-                load_saved_dataset(source, split)  # a datasets directory: every row checked here too
+    task_split(cfg)  # sources, splits, families and every line of a user's file, checked before a rank reads them

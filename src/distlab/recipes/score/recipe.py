@@ -62,16 +62,14 @@ def check(cfg: ScoreConfig, world_size: int) -> None:
 
 def check_models(cfg: ScoreConfig) -> None:
     """The six models exist, each is trained or frozen as its role needs, and unused ones are said to be unused."""
+    from distlab.recipes.lm.checks import check_roles
+
     missing = [n for n in MODEL_NAMES if n not in cfg.models]
     if missing:
         raise DistlabError(f"models lacks {', '.join(missing)}; this recipe's models are {', '.join(MODEL_NAMES)}")
-    for name in ("policy", "critic", "value"):
-        if not cfg.models[name].trainable:
-            raise DistlabError(f"models.{name}.trainable=false: the {name} is what this recipe trains; keep it true")
-    for name, why in (("reference", "the KL anchor must not move"),
-                      ("target_critic", "it follows the critic by soft updates (tau), never by gradients")):
-        if cfg.models[name].trainable:
-            raise DistlabError(f"models.{name}.trainable=true: {why}; keep it false")
+    check_roles(cfg.models, ("policy", "critic", "value"),
+                {"reference": "the KL anchor must not move",
+                 "target_critic": "it follows the critic by soft updates (tau), never by gradients"})
     if cfg.models["guidance"].trainable and cfg.guidance != "trained":
         raise DistlabError(f"models.guidance.trainable=true but guidance={cfg.guidance}: the guidance key decides "
                            f"whether the guidance model trains; set guidance=trained")
@@ -92,9 +90,10 @@ def check_models(cfg: ScoreConfig) -> None:
 
 
 def validate(cfg: ScoreConfig, world_size: int) -> None:
-    from distlab.recipes.lm.checks import check_sources
+    from distlab.recipes.lm.checks import check_settings, check_sources
 
     check(cfg, world_size)
+    check_settings(cfg)
     check_sources(cfg, cfg.guidance_source if cfg.guidance != "none" else "")
 
 

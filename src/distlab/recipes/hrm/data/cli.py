@@ -24,6 +24,8 @@ def _check_args(args: argparse.Namespace) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and value < (1 if name == "workers" else 0):
             flag = "--" + name.replace("_", "-")
             raise DistlabError(f"{flag} {value} is invalid; it must be {'1' if name == 'workers' else '0'} or more")
+    if args.seed < 0:
+        raise DistlabError(f"--seed {args.seed} is invalid; it must be 0 or more")
     probe = Path(args.output_dir)
     while not probe.exists():
         probe = probe.parent
@@ -53,6 +55,7 @@ def _maze(args: argparse.Namespace) -> dict[str, int]:
 def _arc(args: argparse.Namespace) -> dict[str, int]:
     from .arc import build_arc
 
+    _check_args(args)
     return build_arc(args.output_dir, source=args.source, num_aug=args.num_aug, strict=args.strict, seed=args.seed,
                      workers=args.workers)
 

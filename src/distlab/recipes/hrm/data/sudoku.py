@@ -160,10 +160,20 @@ def _solve_unique(puzzle: list[int], where: str) -> tuple[list[int], int]:
 def read_csv(path: str | os.PathLike, min_difficulty: float | None = None) -> list[Row]:
     """Sudoku-Extreme CSV (``source,q,a,rating``, '.' = blank); difficulty = ``rating``."""
     rows: list[Row] = []
-    for rec in read_headed_csv(path, ["source", "q", "a", "rating"], "Sudoku-Extreme"):
+    for line, rec in enumerate(read_headed_csv(path, ["source", "q", "a", "rating"], "Sudoku-Extreme"), start=2):
+        if len(rec) < 4:
+            raise DistlabError(f"{path}:{line}: {len(rec)} columns, expected 4 (source,q,a,rating); fix or drop "
+                               f"the line")
         _, q, a, rating = rec[:4]
-        if min_difficulty is None or float(rating) >= min_difficulty:
-            rows.append((parse_grid(q), parse_grid(a), float(rating)))
+        try:
+            value = float(rating)
+        except ValueError:
+            raise DistlabError(f"{path}:{line}: rating {rating!r} is not a number") from None
+        if min_difficulty is None or value >= min_difficulty:
+            try:
+                rows.append((parse_grid(q), parse_grid(a), value))
+            except (DistlabError, ValueError) as exc:
+                raise DistlabError(f"{path}:{line}: {exc}") from None
     return rows
 
 

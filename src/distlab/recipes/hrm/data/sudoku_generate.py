@@ -91,6 +91,9 @@ def _chunks_in_order(seed: int, stream: int, workers: int, args: tuple) -> Itera
                 f.cancel()
 
 
+PROJECT_AFTER = 1_024  # attempts before the acceptance rate is trusted to project the total (~10 s on 2 cores)
+
+
 def generate_puzzles(n: int, seed: int, stream: int = 0, min_difficulty: int = 0,
                      max_difficulty: int | None = None, workers: int = 1, min_clues: int = 17,
                      exclude: set[str] | None = None, max_attempts: int | None = None,
@@ -108,7 +111,15 @@ def generate_puzzles(n: int, seed: int, stream: int = 0, min_difficulty: int = 0
     chunks = _chunks_in_order(seed, stream, workers, (min_difficulty, max_difficulty, min_clues, blanks))
     try:
         for i, chunk in enumerate(chunks):
-            if i * CHUNK >= max_attempts:
+            tried = i * CHUNK
+            if tried >= PROJECT_AFTER and n * tried > max_attempts * max(len(out), 1 / 2):
+                # at the rate seen so far the cap would be reached long before n puzzles: say so now, not in hours
+                raise DistlabError(
+                    f"{len(out)} of {tried} generated sudokus had effort in [{min_difficulty}, {max_difficulty}]; at "
+                    f"that rate {n} need more than the {max_attempts} attempts allowed; lower --min-difficulty "
+                    f"(hard = {HARD_EFFORT}; generated puzzles rarely exceed effort 40)"
+                    + (" or --blanks" if blanks is not None else ""))
+            if tried >= max_attempts:
                 if blanks is not None:
                     raise DistlabError(
                         f"only {len(out)} of {n} generated sudokus had exactly {blanks} blanks and effort in "

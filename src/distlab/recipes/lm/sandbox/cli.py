@@ -16,6 +16,8 @@ from distlab.errors import DistlabError
 
 def _read(path: str, what: str) -> str:
     p = Path(path)
+    if p.is_dir():
+        raise DistlabError(f"{what} {path} is a directory; give a Python file")
     if not p.is_file():
         raise DistlabError(f"{what} {path} not found")
     try:
@@ -27,7 +29,12 @@ def _read(path: str, what: str) -> str:
 def cmd_run(a: argparse.Namespace) -> int:
     from distlab.recipes.lm.sandbox import Sandbox, SandboxConfig
 
+    from distlab.recipes.lm.sandbox.sandbox import judging_problem
+
     program, tests = _read(a.program, "program"), _read(a.tests, "tests")
+    why = judging_problem(tests)
+    if why is not None:
+        raise DistlabError(f"{a.tests}: {why}; give a tests file with at least one assert")
     cfg = SandboxConfig(timeout_s=a.timeout, memory_mb=a.memory_mb, workers=1, isolation=a.isolation)
     with Sandbox(cfg) as box:
         r = box.run(program, tests)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
+
+from distlab.errors import DistlabError
 
 
 @dataclass
@@ -17,3 +20,29 @@ class SandboxConfig:
     isolation: str = "auto"  # auto | namespaces | userns | rlimits; a named level that is unavailable is an error
     site_packages: bool = False  # let programs import installed packages (numpy...): slower start-up, .pth files run
     python: str = ""  # interpreter for programs; "" = this one if the sandbox uid can run it, else python3 in /usr
+
+
+# key: (smallest value, largest value or None)
+LIMITS = {"timeout_s": (0.001, 3600.0), "memory_mb": (32, None), "max_procs": (1, None), "max_file_mb": (1, None),
+          "max_open_files": (8, None), "workers": (1, 256)}
+
+
+def check_limits(cfg: SandboxConfig) -> None:
+    """Numbers the process limits are made of: finite, in range, each named on its own."""
+    for key, (low, high) in LIMITS.items():
+        value = getattr(cfg, key)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= low
+                and (high is None or value <= high)):
+            span = f"between {low:g} and {high:g}" if high is not None else f"{low:g} or more"
+            raise DistlabError(f"sandbox.{key}={value} must be {span}")
+    if cfg.python and not (os.path.isfile(cfg.python) and os.access(cfg.python, os.X_OK)):
+        raise DistlabError(f"sandbox.python={cfg.python} is not an executable file; give a python3 interpreter's path "
+                           f"or leave it empty (this interpreter, or python3 in /usr)")
+
+
+def check_sandbox(cfg: SandboxConfig) -> None:
+    """Everything a Sandbox would refuse at start, refused before any process starts (the level is probed once)."""
+    from distlab.recipes.lm.sandbox.isolation import detect
+
+    check_limits(cfg)
+    detect(cfg.isolation, cfg.python)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import queue
@@ -20,13 +21,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from distlab.errors import DistlabError
 from distlab.recipes.lm.sandbox import procs, runner
-from distlab.recipes.lm.sandbox.config import SandboxConfig
+from distlab.recipes.lm.sandbox.config import SandboxConfig, check_limits
 from distlab.recipes.lm.sandbox.isolation import command, detect, new_uids
 
 log = logging.getLogger("distlab")
-Status = Literal["passed", "failed", "timeout", "memory", "killed", "error"]
+Status = Literal["passed", "failed", "timeout", "memory", "killed", "error", "bad_tests"]
 TAIL = 64 << 10  # bytes of stdout and stderr kept; the rest stays on disk (capped by the file-size limit) and goes
 ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 MEMORY_MARKS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc")
@@ -41,6 +41,21 @@ class SandboxResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     returncode: int | None = None
+
+
+def judging_problem(tests: str) -> str | None:
+    """Why ``tests`` cannot judge a program, or None: tests that do not compile would fail every program (and look
+    like the program's fault); tests with no statement would pass every program."""
+    try:
+        tree = ast.parse(tests, "tests.py")
+    except (SyntaxError, ValueError) as exc:
+        where = f"line {exc.lineno}: " if getattr(exc, "lineno", None) else ""
+        return f"the tests do not compile ({where}{getattr(exc, 'msg', exc)})"
+    inert = (ast.Pass, ast.Expr)
+    if all(isinstance(n, inert) and (isinstance(n, ast.Pass) or isinstance(n.value, ast.Constant))
+           for n in tree.body):
+        return "the tests hold no statement, so every program would pass"
+    return None
 
 
 def _tail(fh) -> bytes:
@@ -100,10 +115,7 @@ class Sandbox:
 
     def __init__(self, config: SandboxConfig | None = None, **overrides) -> None:
         cfg = replace(config or SandboxConfig(), **overrides)
-        if not (cfg.timeout_s > 0 and 1 <= cfg.workers <= 256 and cfg.memory_mb >= 32 and cfg.max_procs >= 1
-                and cfg.max_file_mb >= 1 and cfg.max_open_files >= 8):
-            raise DistlabError(f"sandbox settings out of range: {cfg} (need timeout_s>0, 1<=workers<=256, "
-                               "memory_mb>=32, max_procs>=1, max_file_mb>=1, max_open_files>=8)")
+        check_limits(cfg)
         self.config = cfg
         self.isolation = detect(cfg.isolation, cfg.python)
         self.uids = new_uids(cfg.workers) if self.isolation.drop_uid else []
@@ -126,7 +138,13 @@ class Sandbox:
         _precompile(self.isolation.python, self.runner)
 
     def run(self, program: str, tests: str) -> SandboxResult:
-        """Run ``program`` then ``tests`` in one namespace; passed only if every test statement completed."""
+        """Run ``program`` then ``tests`` in one namespace; passed only if every test statement completed.
+        Tests that cannot judge (see :func:`judging_problem`) give status ``bad_tests`` without running anything."""
+        why = judging_problem(tests)
+        if why is not None:
+            with self._lock:
+                self.stats.update(("runs", "bad_tests"))
+            return SandboxResult(False, "bad_tests", 0.0, stderr_tail=f"sandbox: {why}\n")
         slot = self._slots.get()
         try:
             result, hack = self._run(slot, program, tests)

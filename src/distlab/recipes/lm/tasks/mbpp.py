@@ -112,6 +112,50 @@ def load_mbpp(split: str = "test", data_dir: str | os.PathLike[str] | None = Non
     return list(_load(split, str(path), include_challenge, (path / FULL_FILE).stat().st_mtime_ns))
 
 
+FULL_KEYS = ("task_id", "text", "code", "test_list")
+SANITIZED_KEYS = ("task_id", "prompt", "code", "test_list")
+
+
+def _checked(rec: object, keys: tuple[str, ...], where: str) -> dict:
+    """One record with the keys the loader reads, a numeric id and at least one test."""
+    if not isinstance(rec, dict):
+        raise DistlabError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
+    missing = [k for k in keys if k not in rec]
+    if missing:
+        raise DistlabError(f"{where}: missing key(s) {', '.join(missing)}; an MBPP record has {', '.join(keys)}")
+    if not isinstance(rec["task_id"], int) or not isinstance(rec["test_list"], list) or not rec["test_list"]:
+        raise DistlabError(f"{where}: task_id must be an integer and test_list a non-empty list")
+    return rec
+
+
+def _full_records(file: Path) -> list[dict]:
+    """The JSON-lines file, each line checked and named by its own number in the file."""
+    records = []
+    with open(file, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise DistlabError(f"{file}:{n}: not valid JSON ({exc.msg}); restore the file") from None
+            records.append(_checked(rec, FULL_KEYS, f"{file}:{n}"))
+    if not records:
+        raise DistlabError(f"{file} holds no MBPP records (empty or truncated); restore it, or set {CONFIG_KEY} to "
+                           f"a folder with the complete {FULL_FILE}")
+    return records
+
+
+def _sanitized_records(file: Path) -> list[dict]:
+    try:
+        records = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise DistlabError(f"{file}: not valid JSON ({exc}); restore the file") from None
+    if not isinstance(records, list) or not records:
+        raise DistlabError(f"{file} holds no list of MBPP records (empty or truncated); restore it")
+    return [_checked(rec, SANITIZED_KEYS, f"{file}: record {i}") for i, rec in enumerate(records)]
+
+
 @functools.lru_cache(maxsize=32)
 def _load(split: str, folder: str, include_challenge: bool, _mtime: int) -> tuple[Task, ...]:
     """Cached because parsing every solution for its entry point costs ~0.2 s and recipes load splits repeatedly."""
@@ -123,7 +167,7 @@ def _load(split: str, folder: str, include_challenge: bool, _mtime: int) -> tupl
         if not sanitized.is_file():
             raise DistlabError(f"MBPP data not found: {sanitized.resolve()} does not exist; set {CONFIG_KEY} to the "
                                f"folder holding {FULL_FILE} and {SANITIZED_FILE}")
-        records = json.loads(sanitized.read_text(encoding="utf-8"))
+        records = _sanitized_records(sanitized)
         for rec in sorted(records, key=lambda r: r["task_id"]):
             if not lo <= rec["task_id"] <= hi:
                 continue
@@ -138,8 +182,7 @@ def _load(split: str, folder: str, include_challenge: bool, _mtime: int) -> tupl
                               entry_point=entry_point_of(code, asserts[0]), tests=tests,
                               visible_test=visible, source="mbpp-sanitized", solution=code))
         return tuple(tasks)
-    with open(path / FULL_FILE, encoding="utf-8") as fh:
-        records = [json.loads(line) for line in fh if line.strip()]
+    records = _full_records(path / FULL_FILE)
     for rec in sorted(records, key=lambda r: r["task_id"]):
         if not lo <= rec["task_id"] <= hi:
             continue
