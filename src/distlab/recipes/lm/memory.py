@@ -24,6 +24,10 @@ def _config(source: str):
         from distlab.recipes.lm.tiny_model import tiny_causal_lm
 
         return tiny_causal_lm(resolved.preset)[0].config
+    if resolved.kind == "random":
+        from distlab.recipes.lm.random_model import random_config
+
+        return random_config(resolved.preset)
     from transformers import AutoConfig
 
     if resolved.kind == "gguf":

