@@ -10,7 +10,7 @@
 * an HF model directory (``config.json`` plus weights, a tokenizer beside them).
 * ``tiny:<preset>`` -- a random-weight Llama with a byte tokenizer, for tests (:mod:`.tiny_model`).
 * ``random:<shape>`` -- a published shape (``qwen2.5-1.5b``, ``llama-3.2-3b``...) with random weights and
-  SmolLM2's tokenizer, for memory and speed benchmarks (:mod:`.random_model`).
+  the byte tokenizer, for memory and speed benchmarks (:mod:`.random_model`).
 
 Nothing may be downloaded at run time: this module switches the Hugging Face libraries to offline
 mode before they are imported and passes ``local_files_only=True`` on every load.

