@@ -1,0 +1,186 @@
+"""The seeds' model sizes on one GPU: peak memory, step time and doctor's estimate per configuration (issue 30).
+
+GRPO steps the 1.5B Qwen2.5 shape (seed 002) and SCoRe the 3B Llama-3.2 shape with its other models (seed 004),
+both with random weights (``model.source=random:<shape>``), under combinations of the memory options. Each case is
+its own ``distlab train`` process with a time limit; a failure, an out-of-memory or a time-out is a row of the
+table, never the end of the script. ``--cap-gib 44.5`` runs a case under ``torch.cuda.set_per_process_memory_fraction``
+(the seed's 44.5 GiB card on a larger one). Each row also holds ``distlab doctor --recipe``'s estimate for the
+same overrides, and its error against the measured peak.
+
+    python benchmarks/lm_shapes.py --only grpo --out $OUT
+    python benchmarks/lm_shapes.py --only score --out $OUT
+    python benchmarks/lm_shapes.py --smoke            # the plumbing on a CPU with the tiny model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GRPO = ["train", "grpo", "model.source=random:qwen2.5-1.5b", "model.prompt_mode=text", "prompts_per_step=8",
+        "num_generations=8", "micro_batch_size=8", "sampling.max_completion_length=256", "task.train_size=64",
+        "task.eval_size=8", "evaluation.before=false", "dist.precision=bf16", "models.reference.dtype=bf16",
+        "beta=0.04", "lr=1e-6", "log.every=1", "log.progress=false", "ckpt.every=0", "sandbox.workers=8"]
+GRPO_CASES = [
+    ("baseline", []),
+    ("activation_checkpointing=blocks", ["dist.activation_checkpointing=blocks"]),
+    ("optim.state_dtype=bf16", ["optim.state_dtype=bf16"]),
+    ("optim.state_dtype=int8", ["optim.state_dtype=int8"]),
+    ("reference=cpu", ["models.reference.placement=cpu"]),
+    ("reference=offload", ["models.reference.placement=offload"]),
+    ("AC + int8 + reference=offload", ["dist.activation_checkpointing=blocks", "optim.state_dtype=int8",
+                                       "models.reference.placement=offload"]),
+    ("AC + int8 + reference=offload, cap 44.5 GiB", ["dist.activation_checkpointing=blocks",
+                                                     "optim.state_dtype=int8", "models.reference.placement=offload",
+                                                     "@cap"]),
+]
+SCORE = ["train", "score", "model.source=random:llama-3.2-3b", "model.prompt_mode=text", "prompts_per_step=4",
+         "num_generations=4", "micro_batch_size=4", "sampling.max_completion_length=128", "hint_max_tokens=32",
+         "task.train_size=32", "task.eval_size=4", "evaluation.before=false", "dist.precision=bf16",
+         "models.reference.dtype=bf16", "models.guidance.dtype=bf16", "guidance=frozen", "advantage=critic",
+         "beta1=0.01", "lr=1e-6", "log.every=1", "log.progress=false", "ckpt.every=0", "sandbox.workers=8"]
+SCORE_CASES = [
+    ("all on the GPU", []),
+    ("AC + int8", ["dist.activation_checkpointing=blocks", "optim.state_dtype=int8"]),
+    ("AC + int8 + reference=offload", ["dist.activation_checkpointing=blocks", "optim.state_dtype=int8",
+                                       "models.reference.placement=offload"]),
+    ("budget, cap 44.5 GiB", ["dist.activation_checkpointing=blocks", "optim.state_dtype=int8",
+                              "models.reference.placement=offload", "models.target_critic.placement=cpu", "@cap"]),
+]
+SMOKE = ["model.source=tiny:llama-2l", "dist.precision=fp32", "sampling.max_completion_length=16",
+         "sandbox.workers=2"]
+
+
+def measure(run_dir: Path) -> dict:
+    """Peak GPU memory (or the process's RSS on a CPU) and the steady step time from metrics.jsonl."""
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["split"] == "train"]
+    out: dict = {"steps": train[-1]["step"] if train else 0}
+    keys = sorted({k for r in train for k in r if k.startswith("peak_mem_gib_cuda")}) or ["peak_rss_gib"]
+    out["peak_gib"] = {k.removeprefix("peak_mem_gib_"): max(r[k] for r in train if k in r) for k in keys}
+    if len(train) >= 2 and train[-1]["step"] > train[0]["step"]:
+        out["step_s"] = (train[-1]["time"] - train[0]["time"]) / (train[-1]["step"] - train[0]["step"])
+    return out
+
+
+def estimate(args: list[str]) -> dict:
+    """doctor's per-device totals (GiB) for the same overrides."""
+    cmd = [sys.executable, "-m", "distlab.cli", "doctor", "--json", "--no-bandwidth", "--recipe", args[1],
+           *[a for a in args[2:] if "=" in a and not a.startswith(("run.", "log."))]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    try:
+        rows = json.loads(proc.stdout)["memory"]["per_device"]
+    except (ValueError, KeyError, TypeError):
+        return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]}
+    return {r["device"].replace(":", ""): r["total"] / 2**30 for r in rows}
+
+
+def run_case(name: str, args: list[str], runs: Path, timeout: float, cap_gib: float) -> dict:
+    run_name = "".join(c if c.isalnum() else "-" for c in name)[:60]
+    capped = "@cap" in args
+    args = [a for a in args if a != "@cap"]
+    full = [*args, f"run.dir={runs}", f"run.name={run_name}", "run.resume=fresh"]
+    if capped:  # one process, in this interpreter's child: the fraction applies to the whole run
+        code = ("import sys, torch; torch.cuda.set_per_process_memory_fraction(%r / "
+                "(torch.cuda.get_device_properties(0).total_memory / 2**30)); from distlab.cli import main; "
+                "sys.exit(main(sys.argv[1:]))" % cap_gib)
+        cmd = [sys.executable, "-c", code, *full]
+    else:
+        cmd = [sys.executable, "-m", "distlab.cli", *full]
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: " + _last_line(proc.stderr + proc.stdout)
+    except subprocess.TimeoutExpired:
+        status = f"timed out after {timeout:.0f} s"
+    row = {"case": name, "status": status, "wall_s": round(time.time() - t0, 1), "command": " ".join(full),
+           "host_rss_gib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20}
+    try:
+        row.update(measure(runs / run_name))
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        row["status"] += f" (no metrics: {type(exc).__name__})"
+    row["estimate_gib"] = estimate(args)
+    return row
+
+
+def _last_line(text: str) -> str:
+    lines = [x for x in text.strip().splitlines() if x.strip() and "Warning" not in x]
+    return lines[-1][:200] if lines else "no output"
+
+
+def table(title: str, rows: list[dict]) -> str:
+    out = [f"### {title}", "", "| configuration | peak GiB (measured) | doctor's estimate GiB | error | step s | "
+           "host RSS GiB (max so far) | status |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        peak = r.get("peak_gib") or {}
+        dev = next(iter(peak), None)
+        measured = peak.get(dev) if dev else None
+        est = (r.get("estimate_gib") or {}).get(dev or "cuda0")
+        err = f"{(est - measured) / measured:+.0%}" if measured and isinstance(est, float) else ""
+        cells = [r["case"], f"{measured:.2f}" if measured else "", f"{est:.2f}" if isinstance(est, float) else "",
+                 err, f"{r['step_s']:.2f}" if r.get("step_s") else "", f"{r['host_rss_gib']:.1f}", r["status"]]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", choices=["grpo", "score"], default=None)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=150.0, help="seconds per case")
+    p.add_argument("--cap-gib", type=float, default=44.5)
+    p.add_argument("--runs", default="runs/lm-shapes")
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--smoke", action="store_true", help="tiny model on the CPU, two cases: checks this script")
+    a = p.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    gpu = [] if a.smoke else ["--gpus", "1"]
+    suites = {"grpo": (GRPO, GRPO_CASES, "GRPO step, Qwen2.5-1.5B shape (random weights), 64 completions x 256"),
+              "score": (SCORE, SCORE_CASES, "SCoRe step, Llama-3.2-3B shape (random weights), policy + reference + "
+                                            "frozen guidance + critics, 16 episodes x 128")}
+    sections, raw = [], {}
+    for key, (base, cases, title) in suites.items():
+        if a.only not in (None, key):
+            continue
+        cases = cases[:2] if a.smoke else cases
+        args = base + [f"steps={a.steps}"] + (SMOKE if a.smoke else []) + gpu
+        rows = []
+        for name, extra in cases:
+            rows.append(run_case(name, args + extra, Path(a.runs) / key, a.timeout, a.cap_gib))
+            print(json.dumps(rows[-1], default=str), flush=True)
+        raw[key] = rows
+        sections.append(table(title, rows))
+    head = f"date -u: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\ncommit: {_commit()}\ndevice: {_device()}"
+    text = head + "\n\n" + "\n\n".join(sections) + "\n"
+    print(text)
+    (out / "lm_shapes.md").write_text(text)
+    (out / "lm_shapes.json").write_text(json.dumps(raw, indent=1, default=str))
+    return 0
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _device() -> str:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    except Exception:
+        return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
