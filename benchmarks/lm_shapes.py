@@ -137,6 +137,7 @@ def main() -> int:
     p.add_argument("--cap-gib", type=float, default=44.5)
     p.add_argument("--runs", default="runs/lm-shapes")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--pick", default="", help="grpo:0,1,7;score:0,3 = only these cases (indices) of each suite")
     p.add_argument("--smoke", action="store_true", help="tiny model on the CPU, two cases: checks this script")
     a = p.parse_args()
     out = Path(a.out)
@@ -149,6 +150,9 @@ def main() -> int:
     for key, (base, cases, title) in suites.items():
         if a.only not in (None, key):
             continue
+        picks = dict(part.split(":") for part in a.pick.split(";") if ":" in part)
+        if key in picks:
+            cases = [cases[int(i)] for i in picks[key].split(",")]
         cases = cases[:2] if a.smoke else cases
         args = base + [f"steps={a.steps}"] + (SMOKE if a.smoke else []) + gpu
         rows = []
