@@ -1,6 +1,7 @@
 """Process checks shared by the sandbox tests (a module of its own: every test directory has a conftest)."""
 
 import os
+import socket
 from pathlib import Path
 
 from distlab.recipes.lm.sandbox import Sandbox
@@ -115,3 +116,171 @@ TOKEN_ATTACKS = {
     "patch_isclose_imported": ("import math\nmath.isclose = lambda *a, **k: True\ndef f(x):\n    return 0\n",
                                "import math\nassert math.isclose(f(1), 2.0)\n"),
 }
+
+
+# Programs that go after the host's file system (issue 32.1): temp dirs, Unix sockets, System V shared memory, the
+# repository, a run directory. Each leaves a name with ESCAPE and its tag where it lands, so the test process can
+# look for it on the host afterwards (`fs_escapes`); the ones that may not pass only pass if they got out.
+ESCAPE = "distlab-sbx-escape-"
+TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+METRICS = "metrics.jsonl"
+
+
+def shm_key(tag: str) -> int:
+    return 0x5B000000 + int(tag[:6], 16)
+
+
+NESTED = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+uid, gid = os.getuid(), os.getgid()
+libc.unshare(0x10000000 | 0x00020000)  # CLONE_NEWUSER | CLONE_NEWNS
+for path, text in (('/proc/self/setgroups', 'deny'), ('/proc/self/uid_map', '0 %d 1' % uid),
+                   ('/proc/self/gid_map', '0 %d 1' % gid)):
+    try:
+        with open(path, 'w') as fh:
+            fh.write(text)
+    except OSError:
+        pass
+for target in (b'/tmp', b'/run', b'/dev/shm', b'/var/tmp'):
+    libc.umount2(target, 2)  # MNT_DETACH
+libc.mount(None, b'/', None, ctypes.c_ulong(32 | 4096 | 16384), None)  # MS_REMOUNT | MS_BIND | MS_REC: writable
+try:
+    open('/tmp/{prefix}' + 'nested', 'w').close()  # the host's /tmp, were the private one gone
+except OSError:
+    pass
+"""
+
+
+def fs_attacks(tag: str, sockets: list[str], repo: str, run_dir: str) -> dict[str, tuple[bool, str, str]]:
+    """name -> (may it pass, program, tests). ``sockets``: Unix sockets listening on the host; ``repo``: the
+    repository; ``run_dir``: a directory like a training run's (with a METRICS file), writable by the sandbox's
+    uid unless a read-only view stops it."""
+    prefix = f"{ESCAPE}{tag}-"
+    head = f"import errno, os, socket, uuid\nPREFIX = {prefix!r}\n"
+    writes = head + """ok, errs = [], []
+def attempt(fn, path):
+    try:
+        fn(path)
+        ok.append(path)
+    except OSError as exc:
+        errs.append(errno.errorcode.get(exc.errno, str(exc.errno)))
+def create(path):
+    with open(path, 'w') as fh:
+        fh.write('escaped')
+for d in DIRS:
+    name = os.path.join(d, PREFIX + uuid.uuid4().hex[:8])  # a socket's path has at most 107 bytes
+    attempt(create, name)
+    attempt(os.mkdir, name + '.d')
+    attempt(lambda p: socket.socket(socket.AF_UNIX).bind(p), name + '.sock')
+for f in FILES:
+    attempt(lambda p: open(p, 'a').write('{"forged": 1}\\n'), f)
+"""
+    return {
+        # its own temp dirs work (they are private): a pass is fine, a file on the host is an escape
+        "temp_files": (True, head + f"wrote = []\nfor d in {TEMP_DIRS!r}:\n"
+                                    "    with open(os.path.join(d, PREFIX + uuid.uuid4().hex), 'w') as fh:\n"
+                                    "        fh.write('x' * 1000)\n    wrote.append(d)\n",
+                       f"assert wrote == {list(TEMP_DIRS)!r}\n"),
+        "unix_socket_in_tmp": (True, head + "s = socket.socket(socket.AF_UNIX)\n"
+                                            "s.bind('/tmp/' + PREFIX + uuid.uuid4().hex + '.sock')\ns.listen(1)\n"
+                                            "bound = True\n", "assert bound\n"),
+        "sysv_shm": (True, f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                           f"shmid = libc.shmget({shm_key(tag)}, 4096, 0o1000 | 0o666)  # IPC_CREAT\n",
+                     "assert shmid >= 0\n"),
+        "unix_socket_connect": (False, head + f"ok = []\nfor path in {sockets!r}:\n"
+                                              "    s = socket.socket(socket.AF_UNIX)\n    s.settimeout(0.5)\n"
+                                              "    try:\n        s.connect(path)\n        s.sendall(b'escaped')\n"
+                                              "        ok.append(path)\n    except OSError:\n        pass\n",
+                                "assert ok\n"),
+        "write_repo": (False, f"DIRS, FILES = [{repo!r}], []\n" + writes, "assert ok\n"),
+        "write_run_dir": (False, f"DIRS, FILES = [{run_dir!r}], [{os.path.join(run_dir, METRICS)!r}]\n" + writes,
+                          "assert ok\n"),
+        # root of a user and mount namespace of its own: the mounts it inherits are locked (no unmounting the
+        # private /tmp to reach the host's, no read-only flag cleared), and /proc is read-only (no uid map)
+        "nested_userns": (False, NESTED.format(prefix=prefix) + f"DIRS = [{repo!r}, {run_dir!r}]\n"
+                                 f"FILES = [{os.path.join(run_dir, METRICS)!r}]\n" + writes, "assert ok\n"),
+    }
+
+
+def make_run_dir(base: Path, uid: int | None = None) -> Path:
+    """A directory like a training run's, with a metrics file: writable by everyone, or owned by ``uid``."""
+    run = base / "run"
+    run.mkdir()
+    (run / METRICS).write_text('{"step": 1}\n')
+    if uid is None:
+        run.chmod(0o777)
+        (run / METRICS).chmod(0o666)
+    else:
+        os.chown(run, uid, uid)
+        os.chown(run / METRICS, uid, uid)
+    return run
+
+
+def fs_escapes(tag: str, repo: str, run_dir: str, remove: bool = True) -> list[str]:
+    """What the attacks left on the host (removed again unless ``remove`` is False)."""
+    import ctypes
+    import shutil
+
+    prefix = f"{ESCAPE}{tag}-"
+    found = []
+    for d in (*TEMP_DIRS, "/run", repo):
+        try:
+            found += [os.path.join(d, n) for n in os.listdir(d) if n.startswith(prefix)]
+        except OSError:
+            continue
+    found += [os.path.join(run_dir, n) for n in os.listdir(run_dir) if n != METRICS]
+    if Path(run_dir, METRICS).read_text() != '{"step": 1}\n':
+        found.append(os.path.join(run_dir, METRICS) + " (changed)")
+    key = shm_key(tag)
+    shm = [line.split() for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
+    ids = [int(f[1]) for f in shm if int(f[0]) == key]
+    found += [f"System V shared memory key {key:#x}, id {i}" for i in ids]
+    if remove:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for i in ids:
+            libc.shmctl(i, 0, None)  # IPC_RMID
+        for path in found:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.remove(path)
+    return found
+
+
+def outside_dir() -> Path | None:
+    """A fresh directory outside the temp dirs and /run that the sandbox's uids can reach (so only a read-only
+    view keeps them out of it), or None where there is none."""
+    import tempfile
+
+    for base in ("/var/cache", "/var/lib", "/opt", "/srv", "/mnt"):
+        try:
+            d = Path(tempfile.mkdtemp(prefix="distlab-sbx-test-", dir=base))
+        except OSError:
+            continue
+        d.chmod(0o755)
+        return d
+    return None
+
+
+def listen_unix(path: str) -> socket.socket:
+    """A Unix socket on the host that anyone may connect to, in a directory anyone may traverse."""
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    os.chmod(path, 0o777)
+    server.listen(64)
+    server.setblocking(False)
+    return server
+
+
+def accepted(servers: list[socket.socket]) -> int:
+    """Connections the servers got (each closed again)."""
+    n = 0
+    for server in servers:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except BlockingIOError:
+                break
+            conn.close()
+            n += 1
+    return n

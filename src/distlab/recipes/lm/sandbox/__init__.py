@@ -3,9 +3,10 @@
 Such code is hostile: a policy rewarded for passing tests learns to pass them any way it can. So each program runs
 in its own process tree (``subprocess`` exec only, never a fork of the caller, which may hold CUDA and threads),
 in a fresh directory, with limits on address space, CPU seconds, processes, file size and open files, no core
-files, a PID and network namespace of its own where the machine allows it (see :mod:`.isolation`) and, as root, an
-unprivileged uid per worker slot. At the wall-clock deadline the namespace's first process is killed, which makes
-the kernel kill everything in the namespace, ``setsid`` daemons included.
+files, a PID, network, IPC and mount namespace of its own where the machine allows it (see :mod:`.isolation`) with
+a private file system view (fresh /tmp, /var/tmp, /dev/shm and /run; everything else read-only but its work dir)
+and, as root, an unprivileged uid per worker slot. At the wall-clock deadline the namespace's first process is
+killed, which makes the kernel kill everything in the namespace, ``setsid`` daemons included.
 
 Why a pass cannot be faked (see :mod:`.runner`): a pass needs exit status 0 *and* a random token the parent sends
 on stdin, and the token never shares an interpreter with the program, since any secret inside the interpreter that
@@ -35,13 +36,20 @@ Residual risks, known and accepted:
   the tests' own that they pass in can be called by the program and their plain instance attributes read, no more.
   Each use of a proxy is a round trip (~0.1-0.2 ms), so iterating a program's generator of 10,000 items costs
   seconds; results deeper than 40 levels arrive partly as proxies.
-- No mount namespace: /tmp and /dev/shm are shared and writable (files left there outlive the run); other files
-  are protected by the slot uid's lack of permissions, or not at all under ``userns`` and non-root ``rlimits``.
+- The file system: under ``namespaces`` and ``userns`` the program writes only its work dir and its private tmpfs
+  (/tmp, /var/tmp, /dev/shm, /run; each as large as ``max_file_mb``, 4096 files, gone with the run); the rest is
+  read-only but readable as far as the uid's permissions go (under ``userns``: whatever the caller may read). A
+  read-only mount does not stop ``connect()``: a Unix socket outside those dirs whose permissions let the uid in
+  (world-writable; under ``userns`` the caller's own) is reachable. Where a namespace level cannot mount (a
+  container that refuses it), it runs without the private view, and the logged level says so in a warning. Under
+  ``rlimits`` there is no mount namespace: /tmp, /dev/shm and /run are shared (files left there outlive the run),
+  and other files are protected by the slot uid's lack of permissions as root, not at all as non-root.
 - Under ``userns`` and non-root ``rlimits`` the process limit counts the caller's uid, so it is set above what the
   caller already runs; under ``rlimits`` there is network and setsid daemons survive (a loud warning is logged).
   Under non-root ``rlimits`` the program also runs as the caller's uid outside any PID namespace, so where
   ``kernel.yama.ptrace_scope`` is 0 it could read the memory of the trainer process, which holds the token too.
-- Disk: the file-size limit is per file; there is no quota, so a program can write many files until the deadline.
+- Disk: the file-size limit is per file; there is no quota on the work dir, so a program can write many files
+  there until the deadline.
 - A parent killed with SIGKILL takes its process trees down (parent-death signals) but leaves its temp dir behind.
 - Slot uids are numbers above 2**31 without /etc/passwd entries; a site that assigns such uids to people must
   not run this as root.

@@ -2,12 +2,19 @@
 
 Levels, strongest first:
 
-- ``namespaces`` (root): a PID and a network namespace with a private /proc (``unshare``), then ``setpriv`` to a
-  uid of its own per worker slot, no supplementary groups, no capabilities, no-new-privs.
-- ``userns`` (non-root, where unprivileged user namespaces work): the same namespaces inside a user namespace; the
-  program keeps the caller's uid outside, so it can touch the caller's files.
+- ``namespaces`` (root): a PID, network, IPC and mount namespace with a private /proc (``unshare``); in it the
+  runner's judge, still root, gives itself a private file system view (fresh size-limited tmpfs on /tmp, /var/tmp,
+  /dev/shm and /run, /run/lock inside it; everything else read-only but the program's work dir), then drops to a
+  uid of its own per worker slot, no supplementary groups, no capabilities, no-new-privs (what ``setpriv`` did).
+- ``userns`` (non-root, where unprivileged user namespaces work): the same namespaces and file system view inside
+  a user namespace; the program keeps the caller's uid outside, and the read-only view is what keeps it from the
+  caller's files.
 - ``rlimits``: resource limits and a session of its own only; a program that calls ``setsid`` escapes the kill at
-  the deadline, and it has the network. As root it still runs as a slot uid, whose leftovers are swept.
+  the deadline, it has the network, and the file system is shared (/tmp, /dev/shm, the caller's files). As root it
+  still runs as a slot uid, whose leftovers are swept.
+
+Each level is probed once by running the runner itself; where a namespace level works but its private file system
+view does not (a kernel or container that refuses the mounts), it runs without one and the logged level says so.
 
 Every level starts with ``prlimit`` (address space, CPU seconds, processes, file size, open files, no core files)
 and ``setpriv --pdeathsig KILL``, and the namespace's first process gets the same signal for its own parent, so if
@@ -25,9 +32,11 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 
 from distlab.errors import DistlabError, near_matches
+from distlab.recipes.lm.sandbox import runner as runner_module
 from distlab.recipes.lm.sandbox.runner import boot_args
 
 log = logging.getLogger("distlab")
@@ -46,6 +55,7 @@ class Isolation:
     level: str
     python: str  # an interpreter the sandbox's uid can execute
     drop_uid: bool  # root: each worker slot runs as its own unprivileged uid
+    private_fs: bool = False  # private tmpfs on the temp dirs and /run, the rest read-only but the work dir
 
     @property
     def namespaced(self) -> bool:
@@ -76,9 +86,11 @@ def _below_hard(name: str, value: int) -> int:
 
 
 def command(iso: Isolation, runner: str, *, timeout_s: float, memory_mb: int, nproc: int, max_file_mb: int,
-            max_open_files: int, uid: int | None, site_packages: bool = False) -> list[str]:
+            max_open_files: int, uid: int | None, site_packages: bool = False, probe: bool = False) -> list[str]:
     """The argv that runs ``runner`` under ``iso``; every wrapper execs the next, so one process per level, and
-    the runner itself starts one more, the host that runs the program (``nproc`` must allow for it)."""
+    the runner itself starts one more, the host that runs the program (``nproc`` must allow for it). The mounts
+    and the drop to ``uid`` are the runner's first acts (they must come after unshare and before the drop), each
+    private tmpfs as large as the largest file the program may write."""
     cpu = math.ceil(timeout_s) + 1  # above the wall-clock deadline: it only matters if the parent is gone
     hard = {"as": memory_mb << 20, "nproc": nproc, "fsize": max_file_mb << 20, "nofile": max_open_files,
             "cpu": cpu + 1}
@@ -86,36 +98,41 @@ def command(iso: Isolation, runner: str, *, timeout_s: float, memory_mb: int, np
     argv = [_tool("prlimit"), *(f"--{k}={v}" for k, v in hard.items() if k != "cpu"),
             f"--cpu={min(cpu, hard['cpu'])}:{hard['cpu']}", "--core=0", "--",
             _tool("setpriv"), "--pdeathsig=KILL", "--"]
+    namespaces = ["--pid", "--fork", "--kill-child", "--net", "--ipc", "--mount", "--propagation=private",
+                  "--mount-proc", "--"]
     if iso.level == "namespaces":
-        argv += [_tool("unshare"), "--pid", "--fork", "--kill-child", "--net", "--mount-proc", "--"]
+        argv += [_tool("unshare"), *namespaces]
     elif iso.level == "userns":
-        argv += [_tool("unshare"), "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--net",
-                 "--mount-proc", "--"]
+        argv += [_tool("unshare"), "--user", "--map-root-user", *namespaces]
+    args = [f"--fs={max_file_mb}"] if iso.private_fs and iso.namespaced else []
     if iso.drop_uid:
-        # a uid change clears the parent-death signal that unshare's --kill-child set: set it again after it
-        argv += [_tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
-                 "--bounding-set=-all", "--pdeathsig=KILL", "--"]
-    return argv + [iso.python, "-I" if site_packages else "-IS"] + (["-"] if runner == "-" else boot_args(runner))
-
-
-# An interpreter that cannot read its own prefix (root's ~/.pyenv, for a slot uid) may still start by finding another
-# installation's standard library; that mix is refused here, and the next candidate tried.
-PROBE = b"""import os, sys
-exe, home = os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
-if not exe.startswith(home + os.sep):
-    sys.exit("%s runs on the standard library of %s, not its own" % (exe, home))
-"""
+        args.append(f"--uid={uid}")
+    return argv + [iso.python, "-I" if site_packages else "-IS"] + boot_args(runner) + args + \
+        (["--probe"] if probe else [])
 
 
 def _probe(iso: Isolation, uid: int) -> str | None:
-    """None if a trivial program runs at this level, else why not (first line of its error)."""
-    argv = command(iso, "-", timeout_s=5, memory_mb=1 << 20, nproc=1 << 20, max_file_mb=1 << 20,
-                   max_open_files=1024, uid=uid)
+    """None if the runner, confined at this level, starts a program's process there, else why not (first line of
+    its error). The runner is this package's copy (the judge reads it before it drops to ``uid``); the work dir is
+    made as for a run, where the sandbox would make its own."""
+    from distlab.recipes.lm.sandbox.sandbox import _temp_base
+
+    run_dir = tempfile.mkdtemp(prefix="distlab-sbx-probe-", dir=_temp_base(iso.drop_uid))
     try:
-        p = subprocess.run(argv, input=PROBE, capture_output=True, cwd="/", timeout=30,
-                           env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
+        os.chmod(run_dir, 0o711)
+        work = os.path.join(run_dir, "work")
+        os.mkdir(work, 0o700)
+        if iso.drop_uid:
+            os.chown(work, uid, uid)
+        argv = command(iso, os.path.realpath(runner_module.__file__), timeout_s=5, memory_mb=1 << 20,
+                       nproc=1 << 20, max_file_mb=1, max_open_files=1024, uid=uid, probe=True)
+        try:
+            p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, cwd=work, timeout=30,
+                               env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work})
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return str(exc)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
     if p.returncode == 0:
         return None
     lines = (p.stderr or p.stdout).decode(errors="replace").strip().splitlines()
@@ -129,22 +146,25 @@ def _candidates(python: str) -> list[str]:
     return [p for i, p in enumerate(found) if p and p not in found[:i]]
 
 
-def _try_level(level: str, python: str) -> tuple[Isolation | None, str]:
+def _try_level(level: str, python: str) -> tuple[Isolation | None, str, str]:
+    """(the level with the first interpreter that works, or None; why not; why it has no private file system)."""
     root = os.geteuid() == 0
     if level == "namespaces" and not root:
-        return None, "needs root (use userns)"
+        return None, "needs root (use userns)", ""
     if level == "userns" and root:
-        return None, "is for non-root users (root gets namespaces, which also drops to a slot uid)"
+        return None, "is for non-root users (root gets namespaces, which also drops to a slot uid)", ""
     if level != "rlimits":
         _tool("unshare")
-    why, uid = "", new_uids(1)[0]
-    for exe in _candidates(python):
-        iso = Isolation(level, exe, root)
-        why = _probe(iso, uid)
-        if why is None:
-            return iso, ""
-        why = f"{exe}: {why}"
-    return None, why
+    why, uid, failed = "", new_uids(1)[0], {}
+    for private_fs in (True, False) if level != "rlimits" else (False,):
+        for exe in _candidates(python):
+            iso = Isolation(level, exe, root, private_fs)
+            err = _probe(iso, uid)
+            if err is None:
+                return iso, "", failed.get(exe, "")  # what the same interpreter said with the private view
+            failed.setdefault(exe, err)
+            why = f"{exe}: {err}"
+    return None, why, ""
 
 
 @functools.lru_cache(maxsize=None)
@@ -158,10 +178,10 @@ def detect(requested: str = "auto", python: str = "") -> Isolation:
         _tool(tool)
     order = [requested] if requested != "auto" else \
         ["namespaces", "rlimits"] if os.geteuid() == 0 else ["userns", "rlimits"]
-    reasons = []
+    reasons, no_fs = [], ""
     for level in order:
         try:
-            iso, why = _try_level(level, python)
+            iso, why, no_fs = _try_level(level, python)
         except DistlabError as exc:
             iso, why = None, str(exc)
         if iso is not None:
@@ -171,9 +191,15 @@ def detect(requested: str = "auto", python: str = "") -> Isolation:
         raise DistlabError(f"sandbox.isolation={requested} is not available here: {'; '.join(reasons)}")
     who = "one uid per worker slot" if iso.drop_uid else f"uid {os.getuid()}"
     if iso.level == "rlimits":
-        log.warning("SANDBOX ISOLATION IS WEAK: rlimits only (%s; %s). Programs can reach the network and setsid "
-                    "daemons can outlive their deadline; run as root, or enable unprivileged user namespaces.",
-                    who, "; ".join(reasons) or "requested")
+        log.warning("SANDBOX ISOLATION IS WEAK: rlimits only (%s; %s). Programs can reach the network, setsid "
+                    "daemons can outlive their deadline, and the file system is shared (no private /tmp, /dev/shm "
+                    "or /run; files the uid may write are writable); run as root, or enable unprivileged user "
+                    "namespaces.", who, "; ".join(reasons) or "requested")
+    elif not iso.private_fs:
+        log.warning("sandbox isolation: %s (%s, %s) WITHOUT a private file system (%s): /tmp, /var/tmp, /dev/shm "
+                    "and /run are shared with the host, and files the uid may write are writable",
+                    iso.level, who, iso.python, no_fs)
     else:
-        log.info("sandbox isolation: %s (%s, %s)", iso.level, who, iso.python)
+        log.info("sandbox isolation: %s (%s, %s; private /tmp, /var/tmp, /dev/shm and /run, read-only elsewhere "
+                 "but the work dir)", iso.level, who, iso.python)
     return iso

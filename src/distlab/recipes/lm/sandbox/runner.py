@@ -8,11 +8,12 @@ uid can execute.
 Any secret inside the interpreter that runs untrusted code is reachable (frames, ``gc``, ``ctypes``,
 ``/proc/self/mem``), so the program never shares one with the token:
 
-- The **judge** is the process the sandbox starts. It makes itself non-dumpable first (then a process of the same
-  uid without CAP_SYS_PTRACE can neither ptrace it nor open its /proc mem, fd or environ), starts the host, reads
-  the token, program and tests from stdin, sends the host the program and nothing else, and runs the rewritten
-  tests in its own interpreter. Only the judge prints the token, and only once every test statement ran, no
-  untrusted value was compared and the host still answered.
+- The **judge** is the process the sandbox starts. Still root of its namespaces, it first gives itself a private
+  file system view and drops to the worker slot's uid (see ``_confine``). It makes itself non-dumpable next (then a
+  process of the same uid without CAP_SYS_PTRACE can neither ptrace it nor open its /proc mem, fd or environ),
+  starts the host, reads the token, program and tests from stdin, sends the host the program and nothing else, and
+  runs the rewritten tests in its own interpreter. Only the judge prints the token, and only once every test
+  statement ran, no untrusted value was compared and the host still answered.
 - The **host** (``--host``, started by fork+exec with no capabilities) executes the program and then serves the
   judge's requests. The tests see the program's globals as copies (exact built-in values), modules re-imported in
   the judge by name, and proxies for everything else, whose calls, attributes, iteration and operators are
@@ -863,12 +864,13 @@ def boot_args(runner_file):
             % (folder, os.path.splitext(name)[0])]
 
 
-def _host_argv(own_file):
+def _host_argv(own_file, tail=None):
     """How to start the host: the same interpreter and site choice, through setpriv when we hold capabilities
     (under ``userns`` the judge is root of a user namespace: a host with CAP_SYS_PTRACE could read the judge)."""
     if not sys.executable:
         raise OSError("sys.executable is unknown")
-    argv = [sys.executable, "-I"] + (["-S"] if sys.flags.no_site else []) + boot_args(own_file) + ["--host"]
+    argv = [sys.executable, "-I"] + (["-S"] if sys.flags.no_site else []) + \
+        (boot_args(own_file) + ["--host"] if tail is None else tail)
     with open("/proc/self/status", "rb") as fh:
         status = fh.read()
     caps = [line.split()[1] for line in status.splitlines() if line.startswith(b"CapEff:")]
@@ -883,22 +885,203 @@ def _host_argv(own_file):
     raise OSError("the judge holds capabilities and setpriv is not on PATH to drop them for the program")
 
 
-def _prctl():
-    """prctl(2) through `_ctypes` alone (importing `ctypes` costs ~3 ms of start-up, its enum-free core ~0.7)."""
+def _libc(name, restype="i"):
+    """A libc function through `_ctypes` alone (importing `ctypes` costs ~3 ms of start-up, its enum-free core
+    ~0.7), with errno kept; ``restype`` "i" (int) or "l" (long). Returns (function, get_errno, c_ulong)."""
     try:
         import _ctypes
 
-        class CInt(_ctypes._SimpleCData):
-            _type_ = "i"
+        class Result(_ctypes._SimpleCData):
+            _type_ = restype
+
+        class ULong(_ctypes._SimpleCData):
+            _type_ = "L"
 
         class Func(_ctypes.CFuncPtr):
             _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-            _restype_ = CInt
+            _restype_ = Result
 
-        return Func(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))
+        return Func(_ctypes.dlsym(_ctypes.dlopen(None), name)), _ctypes.get_errno, ULong
     except Exception:  # an interpreter whose _ctypes differs: the public module
         import ctypes
-        return ctypes.CDLL(None, use_errno=True).prctl
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+        fn.restype = ctypes.c_long if restype == "l" else ctypes.c_int
+        return fn, ctypes.get_errno, ctypes.c_ulong
+
+
+def _prctl():
+    return _libc("prctl")[0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Confinement: what the judge does first, while it is still root of its namespaces (``--fs``, ``--uid``), so
+# that there is no process more per run than before. A private file system view: fresh size-limited tmpfs on the
+# shared temp dirs and on /run (sockets of the host's daemons; /run/lock inside it), everything else read-only,
+# but for the work dir, bound back writable; the paths the interpreter needs stay visible (read-only) where a
+# tmpfs would hide them. Then, as root, the drop to the worker slot's uid that setpriv did before.
+
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/run/lock")
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+MS_NOATIME, MS_RELATIME, MS_STRICTATIME = 1024, 1 << 21, 1 << 24
+LOCKED = 2 | 4 | 8 | 1024 | 2048  # nosuid nodev noexec noatime nodiratime: the same bits in statvfs and mount
+ST_RELATIME = 4096  # but relatime is MS_RELATIME in mount(2)
+MOUNT_SETATTR = 442  # mount_setattr(2), Linux 5.12; the same number on every architecture but alpha
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
+PROBE = """import os, sys
+exe, home = os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
+if not exe.startswith(home + os.sep):
+    sys.exit("%s runs on the standard library of %s, not its own" % (exe, home))
+if sys.argv[1:] == ["fs"]:
+    if not os.statvfs("/").f_flag & os.ST_RDONLY:
+        sys.exit("/ is still writable")
+    for d in (os.getcwd(), "/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+        if os.path.isdir(d):
+            path = os.path.join(d, "probe")
+            open(path, "w").close()
+            os.remove(path)
+"""
+
+
+def _mounts():
+    """Mount points, outermost first, from /proc/self/mountinfo (octal escapes undone)."""
+    with open("/proc/self/mountinfo", "rb") as fh:
+        lines = fh.read().splitlines()
+    found = []
+    for line in lines:
+        field = line.split(b" ")[4]
+        out, i = bytearray(), 0
+        while i < len(field):
+            if field[i:i + 1] == b"\\" and field[i + 1:i + 4].isdigit():
+                out.append(int(field[i + 1:i + 4], 8))
+                i += 4
+            else:
+                out += field[i:i + 1]
+                i += 1
+        found.append(bytes(out))
+    return found
+
+
+def _set_readonly(path, readonly, recursive):
+    """Make the mount at ``path`` (and every mount below it) read-only, or writable again."""
+    syscall, get_errno, ulong = _libc("syscall", "l")
+    flag = MOUNT_ATTR_RDONLY.to_bytes(8, sys.byteorder)
+    attr = (flag + bytes(8) if readonly else bytes(8) + flag) + bytes(16)  # attr_set, attr_clr, propagation, userns
+    if syscall(ulong(MOUNT_SETATTR), ulong(AT_FDCWD % (1 << 64)), path, ulong(AT_RECURSIVE if recursive else 0),
+               attr, ulong(len(attr))) == 0:
+        return
+    err = get_errno()
+    if err != 38:  # ENOSYS
+        raise OSError(err, "mount_setattr(%s): %s" % (os.fsdecode(path), os.strerror(err)))
+    # before Linux 5.12: remount each mount point, keeping the flags that a user namespace locks
+    mount = _libc("mount")[0]
+    points = [m for m in _mounts() if m == path or m.startswith(path.rstrip(b"/") + b"/")] if recursive else [path]
+    for point in points:
+        try:
+            flags = os.statvfs(point).f_flag
+        except OSError:  # gone, or out of reach
+            continue
+        kept = flags & LOCKED | (MS_RELATIME if flags & ST_RELATIME else 0)
+        if not kept & (MS_NOATIME | MS_RELATIME):
+            kept |= MS_STRICTATIME
+        if mount(None, point, None, ulong(MS_REMOUNT | MS_BIND | kept | (MS_RDONLY if readonly else 0)), None):
+            err = get_errno()
+            raise OSError(err, "remount %s: %s" % (os.fsdecode(point), os.strerror(err)))
+
+
+def _within(path, dirs):
+    return any(path == d or path.startswith(d.rstrip(b"/") + b"/") for d in dirs)
+
+
+def _private_fs(size_mb, own_file):
+    """A file system view of its own for this namespace: see above. The work dir is the current directory."""
+    mount, get_errno, ulong = _libc("mount")
+    work = os.fsencode(os.getcwd())
+    targets = []
+    for d in PRIVATE_DIRS:
+        real = os.fsencode(os.path.realpath(d))
+        if real not in targets and (os.path.isdir(real) or _within(real, targets)):
+            targets.append(real)
+    targets.sort(key=len)
+    # what the host's interpreter reads, and this file, stay where they are (read-only) if a tmpfs would hide them
+    needed = [os.path.dirname(own_file), os.path.dirname(sys.executable), sys.prefix, sys.base_prefix,
+              sys.exec_prefix, sys.base_exec_prefix] + sys.path
+    keep = []
+    for p in sorted({os.fsencode(os.path.realpath(p)) for p in needed if p and os.path.isdir(p)}, key=len):
+        if _within(p, targets) and not _within(p, keep):
+            keep.append(p)
+    fds = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for p in keep + [work]]
+    try:
+        _set_readonly(b"/", True, True)
+        covered = []
+        for t in targets:
+            if _within(t, covered):  # /run/lock in the fresh /run
+                os.mkdir(t, 0o755)
+                os.chmod(t, 0o1777)
+                continue
+            opts = b"size=%dm,nr_inodes=%d,mode=1777" % (size_mb, 4096)
+            if mount(b"distlab-sandbox", t, b"tmpfs", ulong(MS_NOSUID | MS_NODEV), opts):
+                err = get_errno()
+                raise OSError(err, "tmpfs on %s: %s" % (os.fsdecode(t), os.strerror(err)))
+            covered.append(t)
+        for p, fd in fds:
+            if p != work:
+                try:
+                    st, own = os.stat(p), os.fstat(fd)
+                    if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
+                        continue  # not hidden
+                except FileNotFoundError:
+                    pass
+            if not os.path.isdir(p):  # a mount point inside a fresh tmpfs
+                parts, parent = p.split(b"/")[1:], b""
+                for part in parts:
+                    parent += b"/" + part
+                    if not os.path.isdir(parent):
+                        os.mkdir(parent, 0o711)
+            if mount(b"/proc/self/fd/%d" % fd, p, None, ulong(MS_BIND | (0 if p == work else MS_REC)), None):
+                err = get_errno()
+                raise OSError(err, "bind %s: %s" % (os.fsdecode(p), os.strerror(err)))
+        _set_readonly(work, False, False)
+        os.chdir(work)  # the bind, not the directory under it (read-only, and maybe hidden)
+    finally:
+        for _, fd in fds:
+            os.close(fd)
+
+
+def _drop_to(uid):
+    """What ``setpriv --reuid --regid --clear-groups --bounding-set=-all --no-new-privs --pdeathsig=KILL`` does,
+    and a check that it took."""
+    prctl, get_errno, ulong = _libc("prctl")
+    for cap in range(64):
+        if prctl(24, ulong(cap), ulong(0), ulong(0), ulong(0)):  # PR_CAPBSET_DROP
+            if get_errno() == 22:  # EINVAL: past the last capability this kernel has
+                break
+            raise OSError(get_errno(), "PR_CAPBSET_DROP %d" % cap)
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    prctl(38, ulong(1), ulong(0), ulong(0), ulong(0))  # PR_SET_NO_NEW_PRIVS
+    prctl(1, ulong(9), ulong(0), ulong(0), ulong(0))  # PR_SET_PDEATHSIG SIGKILL: the uid change cleared unshare's
+    with open("/proc/self/status", "rb") as fh:
+        status = dict(line.split(b":", 1) for line in fh.read().splitlines() if b":" in line)
+    caps = [int(status[k].strip(), 16) for k in (b"CapEff", b"CapPrm", b"CapBnd")]
+    if os.getresuid() != (uid,) * 3 or os.getresgid() != (uid,) * 3 or os.getgroups() or any(caps) \
+            or status.get(b"NoNewPrivs", b"").strip() != b"1":
+        raise OSError("the drop to uid %d did not take" % uid)
+
+
+def _confine(args, own_file):
+    """Apply the judge's arguments (``--fs=MB``, ``--uid=N``, ``--probe``); True if this is a probe."""
+    opts = {}
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key not in ("--fs", "--uid", "--probe") or key in opts:
+            raise OSError("unknown or repeated argument %r" % arg)
+        opts[key] = value
+    if "--fs" in opts:
+        _private_fs(int(opts["--fs"]), own_file)
+    if "--uid" in opts:
+        _drop_to(int(opts["--uid"]))
+    return "--probe" in opts
 
 
 def _start_host(argv, req_r, req_w, rep_r, rep_w):
@@ -936,9 +1119,9 @@ def _start_host(argv, req_r, req_w, rep_r, rep_w):
             os._exit(127)
 
 
-def judge():
+def judge(args=()):
     """Everything after the host starts uses only locals bound here; the tests (trusted) run in this interpreter,
-    the program never does."""
+    the program never does. ``args``: see :func:`_confine`."""
     import _signal as signal  # `signal` itself imports enum: ~2 ms of start-up
 
     write, exit_, read, type_, isinst, dict_, exec_ = os.write, os._exit, os.read, type, isinstance, dict, exec
@@ -1042,15 +1225,25 @@ def judge():
             return None
         return None if module is own_module else module
 
+    # 0. A file system view of its own, and the slot's uid, while we are still root of the namespaces.
+    try:
+        probe = _confine(args, own_file)
+    except base_exception as exc:
+        finish(setup_error, exc, "cannot confine the program")
     # 1. Nothing of ours may be readable by the program: not our memory, not our stdin, not our environment.
     try:
         prctl = _prctl()
         prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
         if prctl(3, 0, 0, 0, 0) != 0:  # PR_GET_DUMPABLE
             raise OSError("prctl(PR_SET_DUMPABLE, 0) did not take")
-        argv = _host_argv(own_file)
+        tail = ["-c", PROBE] + (["fs"] if any(a.startswith("--fs=") for a in args) else []) if probe else None
+        argv = _host_argv(own_file, tail)
     except base_exception as exc:
         finish(setup_error, exc, "cannot isolate the judge from the program")
+    if probe:  # the isolation probe: can the program's process start here, and see what it should?
+        child[0] = _start_host(argv, *os.pipe(), *os.pipe())
+        status = reap(False)
+        exit_(os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else setup_error)
     # 2. The host starts while we read the payload and compile the tests.
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
@@ -1137,7 +1330,7 @@ def main():
     if sys.argv[1:] == ["--host"]:
         host()
     else:
-        judge()
+        judge(sys.argv[1:])
 
 
 if __name__ == "__main__":
