@@ -133,6 +133,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", choices=["grpo", "score"], default=None)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--extra", default="", help="overrides added to every case, e.g. sampling.backend=hf")
     p.add_argument("--timeout", type=float, default=150.0, help="seconds per case")
     p.add_argument("--cap-gib", type=float, default=44.5)
     p.add_argument("--runs", default="runs/lm-shapes")
@@ -154,11 +155,13 @@ def main() -> int:
         if key in picks:
             cases = [cases[int(i)] for i in picks[key].split(",")]
         cases = cases[:2] if a.smoke else cases
-        args = base + [f"steps={a.steps}"] + (SMOKE if a.smoke else []) + gpu
+        args = base + [f"steps={a.steps}"] + a.extra.split() + (SMOKE if a.smoke else []) + gpu
         rows = []
         for name, extra in cases:
             rows.append(run_case(name, args + extra, Path(a.runs) / key, a.timeout, a.cap_gib))
             print(json.dumps(rows[-1], default=str), flush=True)
+            with open(out / "lm_shapes.jsonl", "a") as fh:  # kept even if a time limit ends the script
+                fh.write(json.dumps({"suite": key, **rows[-1]}, default=str) + "\n")
         raw[key] = rows
         sections.append(table(title, rows))
     head = f"date -u: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\ncommit: {_commit()}\ndevice: {_device()}"
