@@ -27,6 +27,14 @@ log = logging.getLogger("distlab")
 _MAX_GATHER_DIMS = 8  # all_gather_ragged exchanges shapes in one fixed-size tensor
 
 
+class PeerLostError(DistlabError):
+    """A collective failed because *other* ranks did not arrive (late, stopped, crashed, killed).
+
+    The rank that raises it is a witness, not the cause: its exit line says ``peer`` so that the
+    launcher blames the rank it names instead.
+    """
+
+
 @dataclass
 class LaunchEnv:
     rank: int
@@ -121,7 +129,7 @@ class Runtime:
         try:
             dist.monitored_barrier(group=self._monitor, timeout=timeout, wait_all_ranks=True)
         except RuntimeError as exc:
-            raise DistlabError(_late_ranks_message(str(exc), label, timeout.total_seconds())) from None
+            raise PeerLostError(_late_ranks_message(str(exc), label, timeout.total_seconds())) from None
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         if not self.distributed:

@@ -165,7 +165,7 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     from distlab.rundir import RunLock
 
     run_dir = Path(cfg.run.dir) / cfg.run.name
-    lock = RunLock(run_dir).acquire() if eval_checkpoint is None else None
+    lock = _acquire(RunLock(run_dir)) if eval_checkpoint is None else None
     try:
         if single:
             return worker.main(worker_args)
@@ -173,6 +173,21 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     finally:
         if lock is not None:
             lock.release()
+
+
+def _acquire(lock):
+    """Take the run lock; a disk that is full before the run even starts is one line naming the path."""
+    import errno
+
+    try:
+        return lock.acquire()
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DistlabError(f"no space left on device writing {lock.path}; free space or point run.dir at a "
+                               f"larger disk, then rerun the same command") from None
+        if exc.filename is None:
+            exc.filename = str(lock.path)
+        raise
 
 
 def _child_pids() -> list[int]:
@@ -190,32 +205,199 @@ def _child_pids() -> list[int]:
     return out
 
 
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` from ``/proc`` (R, S, D, T stopped, t traced, Z zombie), or None if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _proc_rank(pid: int) -> int | None:
+    """The global rank (``RANK``) a child process was started with, or None (not a rank, or not exec'd yet)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in env:
+        if item.startswith(b"RANK="):
+            try:
+                return int(item[5:])
+            except ValueError:
+                return None
+    return None
+
+
+WATCH_GRACE_S = 10.0  # how long past its deadline a stopped or a finished-but-alive rank may linger
+
+
+class _Watch:
+    """The launcher's eye on its ranks, beside torchrun's agent.
+
+    torchrun notices a rank that *exits*. It cannot tell a stopped rank (SIGSTOP, Ctrl-Z of one process:
+    state T) from a busy one, and it waits forever on a rank that wrote its error but then cannot exit.
+    Every half second this thread reads ``/proc`` for each rank torchrun started (:meth:`add`) and
+
+    * kills a rank that has been stopped for longer than ``dist.timeout_s`` plus a grace while others run
+      (they have given up on it by then) and remembers it, so the failure names it as stopped; every rank
+      stopped together (a suspended job) is a pause and left alone;
+    * kills a rank still alive a grace after it reported its failure (a rank hung in teardown).
+
+    ``closing`` (called by torchrun's shutdown for every rank still running) records which ranks
+    were ended *because* the job had already failed, and which of those were stopped: the ranks that
+    died as a consequence are never the ones blamed.
+    """
+
+    def __init__(self, timeout_s: float, exits_dir: Path | None, grace_s: float = WATCH_GRACE_S,
+                 every_s: float = 0.5, sees_all: bool = True) -> None:
+        import threading
+
+        self.timeout_s, self.exits_dir, self.grace_s, self.every_s = timeout_s, exits_dir, grace_s, every_s
+        self.sees_all = sees_all  # False on one node of several: ranks elsewhere may be running
+        self.stopped: set[int] = set()  # ranks found stopped (state T)
+        self.ended: set[int] = set()  # ranks still running when the job was torn down
+        self.hung: set[int] = set()  # ranks killed for lingering after their exit line
+        self._stopped_since: dict[int, float] = {}  # pid -> when first seen stopped
+        self._reported_at: dict[int, float] = {}  # pid -> when its exit file was first seen
+        self._ranks: dict[int, int] = {}  # pid -> rank
+        self._killed: set[int] = set()  # pids this watch has killed
+        self._last_check: float | None = None
+        self._pids: set[int] = set()  # the ranks' pids, as torchrun starts them
+        self._lock = threading.Lock()
+        self._quit = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="distlab-rank-watch", daemon=True)
+
+    def start(self) -> _Watch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._quit.set()
+        self._thread.join(timeout=5)
+
+    def add(self, pid: int, rank: int | None = None) -> None:
+        """Watch ``pid``, a rank torchrun has just started (its ``RANK``, if known, else read from ``/proc``)."""
+        with self._lock:
+            self._pids.add(pid)
+            if rank is not None:
+                self._ranks[pid] = rank
+
+    def rank(self, pid: int) -> int | None:
+        if pid not in self._ranks:
+            r = _proc_rank(pid)
+            if r is None:
+                return None
+            self._ranks[pid] = r
+        return self._ranks[pid]
+
+    def _loop(self) -> None:
+        import time
+
+        while not self._quit.wait(self.every_s):
+            try:
+                self.check(time.monotonic())
+            except Exception:  # a /proc race must never kill the watch (nor the launcher)
+                pass
+
+    def check(self, now: float) -> None:
+        """One look at every rank (``now``: ``time.monotonic()``); kills what has outstayed its deadline."""
+        with self._lock:
+            if self._last_check is not None and now - self._last_check > max(5.0, 10 * self.every_s):
+                # the launcher itself was stopped or starved (a whole-job suspend): nobody waited on anybody
+                self._stopped_since.clear()
+                self._reported_at.clear()
+            self._last_check = now
+            seen = {}
+            for pid in list(self._pids):
+                rank, state = self.rank(pid), _proc_state(pid)
+                if state in (None, "X"):
+                    self._pids.discard(pid)  # gone (and reaped)
+                elif rank is not None and state != "Z" and pid not in self._killed:
+                    seen[pid] = (rank, state)
+            running = not self.sees_all or any(state != "T" for _, state in seen.values())
+            for pid, (rank, state) in seen.items():
+                if state != "T" or not running:  # every rank stopped at once is a pause, not a fault
+                    self._stopped_since.pop(pid, None)
+                else:
+                    since = self._stopped_since.setdefault(pid, now)
+                    if now - since > self.timeout_s + self.grace_s:
+                        self.stopped.add(rank)
+                        print(f"distlab: rank {rank} (pid {pid}) has been stopped (SIGSTOP) for {now - since:.0f} s, "
+                              f"longer than dist.timeout_s={self.timeout_s:g}; ending the job", file=sys.stderr)
+                        self._killed.add(pid)
+                        _kill_group(pid)
+                        continue
+                if self.exits_dir is not None and (self.exits_dir / f"rank{rank}-pid{pid}").exists():
+                    at = self._reported_at.setdefault(pid, now)
+                    if now - at > self.grace_s:
+                        self.hung.add(rank)
+                        print(f"distlab: rank {rank} (pid {pid}) reported its failure {now - at:.0f} s ago but did "
+                              f"not exit; ending it", file=sys.stderr)
+                        self._killed.add(pid)
+                        _kill_group(pid)
+
+    def closing(self, pid: int) -> None:
+        """torchrun is about to end ``pid`` because the job is over (a failure elsewhere, or a signal)."""
+        rank = self.rank(pid)
+        if rank is None:
+            return
+        with self._lock:
+            if _proc_state(pid) == "T":
+                self.stopped.add(rank)
+            self.ended.add(rank)
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL a rank and whatever it started (each rank leads its own process group under torchrun)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        _kill(pid, signal.SIGKILL)
+
+
 class _Forwarder:
     """The launcher's SIGTERM/SIGINT/SIGUSR1 handler: ask every rank to checkpoint and stop.
 
     The ranks get SIGUSR1 (their "stop at the next step boundary" signal) and the launcher keeps
     supervising them until they exit. A second SIGINT/SIGTERM means "now": the ranks get SIGTERM
     (which, after the first, makes them leave at once) and torchrun's own shutdown takes over.
+    Once torchrun has returned (``done``) a second signal is only remembered: the launcher is
+    already on its way out and must not be interrupted while it explains what happened.
     """
 
     def __init__(self) -> None:
         self.first: int | None = None
-        self.hard = 0
+        self.hard: int | None = None  # the second SIGINT/SIGTERM, if any
+        self.done = False
 
     def __call__(self, signum: int, frame) -> None:  # noqa: ARG002
         from torch.distributed.elastic.multiprocessing.api import SignalException
 
         if self.first is not None and signum != signal.SIGUSR1:
-            self.hard += 1
+            if self.hard is None:
+                self.hard = signum
+            if self.done:
+                return
             for pid in _child_pids():
                 _kill(pid, signal.SIGTERM)
             raise SignalException(f"second {signal.Signals(signum).name}", sigval=signal.Signals(signum))
+        if self.done:  # the ranks are gone already: nothing to forward
+            return
         if self.first is None:
             self.first = signum
             print(f"distlab: received {signal.Signals(signum).name}; asking the ranks to checkpoint and stop "
                   f"(send it again to stop at once)", file=sys.stderr)
         for pid in _child_pids():
             _kill(pid, signal.SIGUSR1)
+
+
+def _stopped_at_once(signum: int, second: bool = True) -> int:
+    """The launcher's last line and exit status (128+N) after a second SIGINT/SIGTERM (or torchrun's SIGHUP,
+    SIGQUIT) ended the ranks."""
+    name = signal.Signals(signum).name
+    print(f"distlab: stopped at once by {'a second ' if second else ''}{name}: no checkpoint was taken for the "
+          f"current step; rerun the same command to resume from the last one", file=sys.stderr)
+    return 128 + signum
 
 
 def _kill(pid: int, sig: int) -> None:
@@ -227,49 +409,85 @@ def _kill(pid: int, sig: int) -> None:
 
 def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: Path, timeout_s: float) -> int:
     """Run the ranks under torchrun's agent, with signals forwarded and failures explained."""
+    import shutil
+    import tempfile
+
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser
     from torch.distributed.run import run as torchrun
 
-    from distlab.worker import LAUNCHER_PID_ENV
+    from distlab.worker import EXIT_DIR_ENV, LAUNCHER_PID_ENV
 
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+    # each failing rank also leaves its exit line here, off the run's disk: a full run disk still gets explained
+    try:
+        exits_dir: Path | None = Path(tempfile.mkdtemp(prefix="distlab-exits-"))
+        os.environ[EXIT_DIR_ENV] = str(exits_dir)
+    except OSError:
+        exits_dir = None
+    logs_at = _log_sizes(run_dir)  # rank logs are appended to across resumes: only what this job writes counts
+    watch = _Watch(timeout_s, exits_dir, sees_all=opts.nodes == 1).start()
     # torchrun would turn SIGTERM/SIGINT into an exception that kills the ranks without a checkpoint;
     # leave it only the signals that should end the job at once, and handle the stop signals here
     forward = _Forwarder()
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
     from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler as sh
 
-    original_close = sh.SubprocessHandler.close
+    original_close, original_popen = sh.SubprocessHandler.close, sh.SubprocessHandler._popen
+
+    def popen_watched(self, args, env):
+        proc = original_popen(self, args, env)
+        rank = env.get("RANK")
+        watch.add(proc.pid, int(rank) if rank and rank.isdigit() else None)
+        return proc
 
     def close_now(self, death_sig=None) -> None:  # noqa: ARG001
         """torchrun ends surviving ranks with SIGTERM and waits 30 s; our ranks treat SIGTERM as "checkpoint
         at the next step", and a SIGSTOPped rank cannot act on it at all, so after a failure end them now."""
+        watch.closing(self.proc.pid)
         original_close(self, signal.SIGKILL)
 
-    sh.SubprocessHandler.close = close_now
+    sh.SubprocessHandler.close, sh.SubprocessHandler._popen = close_now, popen_watched
     argv = torchrun_args(nproc, opts, worker_args)
     argv.insert(0, "--signals-to-handle=SIGHUP,SIGQUIT")
     args = get_args_parser().parse_args(argv)
     try:
-        torchrun(args)
+        try:
+            torchrun(args)
+        finally:
+            forward.done = True
+            watch.stop()
     except ChildFailedError as exc:
+        if forward.hard is not None:
+            return _stopped_at_once(forward.hard)
         stopped = _preempted(run_dir, forward.first)
         if stopped:
             return stopped
-        raise DistlabError(explain_failure({r: f.exitcode for r, f in exc.failures.items()}, run_dir,
-                                           timeout_s)) from None
+        raise DistlabError(explain_failure({r: f.exitcode for r, f in exc.failures.items()}, run_dir, timeout_s,
+                                           watch=watch, exits_dir=exits_dir, logs_at=logs_at)) from None
     except SignalException as exc:
-        raise DistlabError(f"stopped at once by a second {exc.sigval.name}: no checkpoint was taken for the "
-                           f"current step; rerun the same command to resume from the last one") from None
+        return _stopped_at_once(forward.hard or exc.sigval, second=forward.hard is not None)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         os.environ.pop(LAUNCHER_PID_ENV, None)
-        sh.SubprocessHandler.close = original_close
-    return _preempted(run_dir, forward.first) or 0
+        os.environ.pop(EXIT_DIR_ENV, None)
+        sh.SubprocessHandler.close, sh.SubprocessHandler._popen = original_close, original_popen
+        if exits_dir is not None:
+            shutil.rmtree(exits_dir, ignore_errors=True)
+    return _preempted(run_dir, forward.first) or (_stopped_at_once(forward.hard) if forward.hard else 0)
+
+
+def _log_sizes(run_dir: Path) -> dict[str, int]:
+    sizes = {}
+    for log in run_dir.glob("rank*.log"):
+        try:
+            sizes[log.name] = log.stat().st_size
+        except OSError:
+            pass
+    return sizes
 
 
 def _preempted(run_dir: Path, signum: int | None) -> int:
@@ -293,53 +511,101 @@ def _preempted(run_dir: Path, signum: int | None) -> int:
     return 128 + signum
 
 
-def _rank_exit(log: Path) -> tuple[str, str] | None:
-    """``(kind, text)`` from the last ``exit:`` line a rank wrote before it ended, or None."""
-    if not log.exists():
+def _rank_exit(log: Path, start: int = 0) -> tuple[str, str] | None:
+    """``(kind, text)`` from the last ``exit:`` line a rank wrote (from byte ``start`` on) before it ended, or None."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    except OSError:
         return None
     found = None
-    for line in log.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         m = re.search(r"exit: (\w+): (.*)$", line)
         if m:
             found = (m.group(1), m.group(2))
     return found
 
 
-def _tail(log: Path, n: int = 6) -> str:
-    if not log.exists():
-        return f"  (no {log.name}: the rank failed before the run directory was ready; its error is above)"
-    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-n:]
+def _exit_file(exits_dir: Path | None, rank: int) -> tuple[str, str] | None:
+    """``(kind, text)`` a rank left in the launcher's exit folder (the newest, if it was restarted), or None."""
+    if exits_dir is None:
+        return None
+    found = sorted(exits_dir.glob(f"rank{rank}-pid*"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return None
+    kind, _, text = found[-1].read_text(errors="replace").strip().partition(": ")
+    return kind, text
+
+
+def _tail(log: Path, n: int = 6, start: int = 0) -> str:
+    try:
+        with open(log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        text = ""
+    lines = [ln for ln in text.splitlines() if ln.strip()][-n:]
     return "\n".join(f"  | {ln[:300]}" for ln in lines)
 
 
-def explain_failure(exitcodes: dict[int, int], run_dir: Path, timeout_s: float) -> str:
+def explain_failure(exitcodes: dict[int, int], run_dir: Path, timeout_s: float, watch: _Watch | None = None,
+                    exits_dir: Path | None = None, logs_at: dict[str, int] | None = None) -> str:
     """Name the rank that caused a failed job, not merely the first rank torchrun saw exit.
 
     A rank that crashed writes ``exit: crash`` or ``exit: error``; a rank that only lost its peers
-    writes ``exit: peer``; a rank that hung, was stopped or was killed writes nothing. So: blame a
-    crashed rank if there is one, else one that never recorded an exit, and quote its log's tail.
+    writes ``exit: peer``; a rank that hung, was stopped or was killed writes nothing. The launcher's
+    :class:`_Watch` adds what only it saw: which ranks were stopped (state T), and which were still
+    running when the job was torn down (they died *of* the failure, so they are never blamed). So:
+    blame a stopped rank; else one that crashed; else one that died of something from outside (a
+    signal distlab did not send); else one that never answered while others waited; quote its log.
     """
+    logs_at = logs_at or {}
     logs = sorted(run_dir.glob("rank*.log"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
     ranks = sorted({int(re.sub(r"\D", "", p.stem)) for p in logs} | set(exitcodes))
-    exits = {r: _rank_exit(run_dir / f"rank{r}.log") for r in ranks}
-    crashed = [r for r in ranks if exits[r] and exits[r][0] in ("crash", "error")]
-    silent = [r for r in ranks if exits[r] is None]
+    exits = {r: _exit_file(exits_dir, r) or _rank_exit(run_dir / f"rank{r}.log", logs_at.get(f"rank{r}.log", 0))
+             for r in ranks}
+    stopped = sorted(watch.stopped) if watch else []
+    ended = (watch.ended - watch.stopped) if watch else set()  # killed by the launcher once the job had failed
+    crashed = [r for r in ranks if exits[r] and exits[r][0] in ("crash", "error", "interrupted")]
     waiting = [r for r in ranks if exits[r] and exits[r][0] == "peer"]
+    silent = [r for r in ranks if exits[r] is None and r not in stopped]
+    outside = [r for r in silent if r not in ended and exitcodes.get(r) is not None]  # ended on their own
+    hung = [r for r in silent if r in ended]
+    waited = f"rank(s) {', '.join(map(str, waiting))} waited {timeout_s:.0f} s (dist.timeout_s) for it" \
+        if waiting else f"its peers could wait no longer than dist.timeout_s={timeout_s:g}"
 
     def code(r: int) -> str:
         c = exitcodes.get(r)
-        if c is None:
+        if c is None or r in ended:  # the launcher's own SIGKILL says nothing about the rank
             return ""
         return f" (killed by {signal.Signals(-c).name})" if c < 0 else f" (exit code {c})"
 
-    if crashed:
+    if stopped:
+        r = stopped[0]
+        head = (f"rank {r} did not arrive: it was stopped (process state T: SIGSTOP, or Ctrl-Z or a debugger on that "
+                f"process) and {waited}")
+    elif crashed:
         r = crashed[0]
         head = f"rank {r} failed{code(r)}: {exits[r][1]}"
-    elif silent and waiting:
-        r = silent[0]
-        head = (f"rank {r} did not arrive: it stopped responding (hung, stopped or killed){code(r)} while rank(s) "
-                f"{', '.join(map(str, waiting))} waited {timeout_s:.0f} s (dist.timeout_s) for it")
+    elif outside:
+        r = outside[0]
+        c = exitcodes[r]
+        if c < 0:
+            head = (f"rank {r} was killed by {signal.Signals(-c).name}, a signal distlab did not send (a user, the "
+                    f"out-of-memory killer or the scheduler)")
+        else:
+            head = f"rank {r} exited{code(r)} without an error message"
+        if waiting:
+            head += f"; rank(s) {', '.join(map(str, waiting))} then lost their connection to it"
+    elif hung and waiting:
+        r = hung[0]
+        head = f"rank {r} did not arrive: it stopped responding (hung) while {waited}"
     else:
-        r = silent[0] if silent else min(exitcodes, default=0)
+        r = (silent or waiting or [min(exitcodes, default=0)])[0]
         head = f"rank {r} exited{code(r)}" + (f": {exits[r][1]}" if exits.get(r) else " without an error message")
-    return f"{head}; see {run_dir}/rank{r}.log, last lines:\n{_tail(run_dir / f'rank{r}.log')}"
+    log = run_dir / f"rank{r}.log"
+    tail = _tail(log, start=logs_at.get(log.name, 0))
+    if not tail:
+        return head + ("" if log.exists() else f" (it has no {log.name}: it failed before it could write one)")
+    return f"{head}; see {log}, last lines:\n{tail}"

@@ -6,6 +6,7 @@ to offline mode so a cluster without internet still records everything.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import logging
@@ -38,6 +39,69 @@ class ConsoleFormatter(logging.Formatter):
             record.exc_info, record.exc_text, record.stack_info = saved
 
 
+class RunFileHandler(logging.FileHandler):
+    """``rank<N>.log`` / ``train.log``: a log file that, once it cannot be written, goes quiet.
+
+    The standard handler prints a "--- Logging error ---" traceback to stderr for *every* record it
+    fails to write, so a full disk buried the one line that says so under a screen of tracebacks. This
+    one stops writing after the first failure and says so in one line per process (once, for all of its
+    files); the run's own error, if the disk stays full, comes after it.
+    """
+
+    _warned = False  # one line per process, however many files fail
+
+    def __init__(self, path: Path, rank: int) -> None:
+        self.rank = rank
+        self.broken: OSError | None = None
+        try:
+            super().__init__(path)
+        except OSError as exc:  # no room even to create the file: run without it (other errors stay errors)
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            logging.Handler.__init__(self)
+            self.baseFilename, self.mode, self.encoding, self.errors = os.path.abspath(path), "a", None, None
+            self.stream, self._closed = None, False
+            self._fail(exc)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.broken is not None:
+            return
+        try:
+            super().emit(record)
+        except OSError as exc:  # FileHandler.emit reports through handleError; this catches what escapes
+            self._fail(exc)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: ARG002
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            self._fail(exc)
+        else:
+            super().handleError(record)
+
+    def _fail(self, exc: OSError) -> None:
+        self.broken = exc
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            try:
+                stream.close()  # the close flushes what is buffered: that fails the same way
+            except OSError:
+                pass
+        if not RunFileHandler._warned:
+            RunFileHandler._warned = True
+            why = exc.strerror or str(exc)
+            try:
+                print(f"distlab: rank {self.rank}: cannot write {self.baseFilename} ({why}); its log lines are "
+                      f"dropped from here on", file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:
+            pass
+
+
 def setup_logging(run_dir: Path | None, rank: int, verbose: bool = False) -> None:
     """Rank 0 talks to the console; every rank writes ``rank<N>.log``; rank 0 also ``train.log``."""
     log.handlers.clear()
@@ -58,7 +122,7 @@ def setup_logging(run_dir: Path | None, rank: int, verbose: bool = False) -> Non
         run_dir.mkdir(parents=True, exist_ok=True)
         files = [run_dir / f"rank{rank}.log"] + ([run_dir / "train.log"] if rank == 0 else [])
         for path in files:
-            h = logging.FileHandler(path)
+            h = RunFileHandler(path, rank)
             h.setFormatter(fmt)
             log.addHandler(h)
 

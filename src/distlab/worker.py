@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from distlab.config import finalize_config, resolve_config, to_object, to_yaml
-from distlab.dist import init_runtime, shutdown
+from distlab.dist import PeerLostError, init_runtime, shutdown
 from distlab.errors import DistlabError
 from distlab.logs import log_metrics_table, setup_logging
 from distlab.recipe import Recipe, load_recipe
@@ -28,6 +28,7 @@ from distlab.session import Session, install_stop_handlers, stop_signal
 log = logging.getLogger("distlab")
 _HELD: list[RunLock] = []  # the run lock lives as long as this process
 LAUNCHER_PID_ENV = "DISTLAB_LAUNCHER_PID"
+EXIT_DIR_ENV = "DISTLAB_EXIT_DIR"  # the launcher's folder where each failing rank leaves its exit line
 PEER_LOST = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe", "connection refused",
              "did not reach", "left the job", "peer")
 
@@ -103,6 +104,7 @@ def run(recipe_name: str, presets: list[str], overrides: list[str], eval_checkpo
     if eval_checkpoint is not None and eval_output is None:
         eval_output = eval_dir(eval_checkpoint)
     session = start_session(recipe, presets, overrides, eval_output)
+    ended = False
     try:
         if eval_checkpoint is not None:
             result = _evaluate(recipe, session, eval_checkpoint)
@@ -112,9 +114,13 @@ def run(recipe_name: str, presets: list[str], overrides: list[str], eval_checkpo
         # all ranks tear down together: a rank that destroys its gloo group while rank 0 is still writing
         # results can be aborted by gloo's worker thread (SIGABRT, "terminate called without an active exception")
         session.rt.barrier("teardown")
+        ended = True
         return result
     finally:
-        shutdown(session.rt)
+        # after a failure the process group is left alone: its peers may be gone or stopped, and tearing it
+        # down can wait on them forever (see :func:`_leave`); :func:`main` ends the process instead
+        if ended or not session.rt.distributed:
+            shutdown(session.rt)
 
 
 def _evaluate(recipe: Recipe, session: Session, ckpt: Path) -> dict:
@@ -164,26 +170,30 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get(LAUNCHER_PID_ENV):
         die_with_parent()
     install_stop_handlers()  # before anything slow, so an early SIGTERM still ends in a clean stop
+    # Every failure branch ends in _leave *inside* the except clause: the exception's traceback holds the
+    # model (DDP's reducer, hence the gloo group), and freeing it at the end of the clause can deadlock
+    # (see _leave); a rank of a multi-rank job must never outlive its error line.
     try:
         result = run(a.recipe, a.config, a.overrides, a.eval_checkpoint, a.eval_output)
     except DistlabError as exc:
-        return _fail(rank, "error", str(exc), 2)
+        return _leave(_fail(rank, "peer" if isinstance(exc, PeerLostError) else "error", str(exc), 2))
     except torch.OutOfMemoryError:
         log.error("rank %s ran out of device memory", rank, exc_info=True)  # the trace: rank<R>.log only
-        return _fail(rank, "error", _oom_line(a, rank), 1)
+        return _leave(_fail(rank, "error", _oom_line(a, rank), 1))
     except KeyboardInterrupt:
-        return _fail(rank, "interrupted", "stopped by a second signal before a checkpoint could be taken", 130)
+        return _leave(_fail(rank, "interrupted", "stopped by a second signal before a checkpoint could be taken",
+                            130))
     except OSError as exc:
         from distlab.checkpoint import _no_space
 
         nospace = _no_space(exc, Path(exc.filename or "the run directory"))
         text = str(nospace) if nospace else f"{exc.strerror or exc}: {exc.filename or ''}".strip()
-        return _fail(rank, "error", text, 2 if nospace else 1)
+        return _leave(_fail(rank, "error", text, 2 if nospace else 1))
     except Exception as exc:
         log.error("rank %s failed: %s", rank, exc, exc_info=True)  # the trace: rank<R>.log only
         last = traceback.format_exc().strip().splitlines()[-1]
         kind = "peer" if any(w in str(exc).lower() for w in PEER_LOST) else "crash"
-        return _fail(rank, kind, last, 1)
+        return _leave(_fail(rank, kind, last, 1))
     signum = stop_signal()
     if signum is not None and isinstance(result, dict) and result.get("status") == "preempted":
         import signal
@@ -218,10 +228,43 @@ def _to_rank_log(rank: str, text: str) -> None:
 
 
 def _fail(rank: str, kind: str, text: str, code: int) -> int:
-    """One line for the user, one ``exit:`` line in the rank log for the launcher's diagnosis."""
+    """One line for the user, one ``exit:`` line in the rank log for the launcher's diagnosis.
+
+    The same ``kind: text`` also goes to the launcher's own exit folder (:data:`EXIT_DIR_ENV`), which
+    does not live on the run's disk: a rank that failed because that disk is full still gets named
+    with its reason.
+    """
     _to_rank_log(rank, f"exit: {kind}: {text}")
+    exits = os.environ.get(EXIT_DIR_ENV)
+    if exits:
+        try:
+            Path(exits, f"rank{rank}-pid{os.getpid()}").write_text(f"{kind}: {text}\n")
+        except OSError:
+            pass
     prefix = "distlab: error:" if kind == "error" and rank == "0" else f"distlab: rank {rank}:"
     print(f"{prefix} {text}", file=sys.stderr)
+    return code
+
+
+def _leave(code: int) -> int:
+    """Return ``code``, or, in a multi-rank job, end the process with it at once.
+
+    A rank that failed (a collective timed out, a peer vanished, the disk filled) must not tear down its
+    process group: the group's destructor joins gloo's worker thread while holding the GIL, and that
+    thread may itself be waiting for the GIL to drop the timed-out operation, so the rank deadlocks
+    after logging its error (seen with rank 0 SIGSTOPped: rank 1 hung for good, 2 runs in 5) and the job
+    never ends. The error is already written and flushed (:func:`_fail`), nothing else is owed to a
+    failed run, and the kernel drops the run lock, so leave without running destructors.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
     return code
 
 

@@ -30,12 +30,14 @@ def _args(name: str, *extra: str, procs: int | None = None) -> list[str]:
     return ["train", "toy", *COMMON, f"run.name={name}", *extra] + (["--procs", str(procs)] if procs else [])
 
 
-def _start(cwd: Path, args: list[str]) -> subprocess.Popen:
+def _start(cwd: Path, args: list[str], new_session: bool = False) -> subprocess.Popen:
     """The launcher with its output going to files: a pipe nobody reads until the end blocks the
-    launcher once it fills (64 KiB), which is how this suite once hung under load."""
+    launcher once it fills (64 KiB), which is how this suite once hung under load. ``new_session``:
+    the launcher leads its own process group, as a shell's foreground job does (Ctrl-C goes to the group)."""
     name = next(a for a in args if a.startswith("run.name=")).split("=", 1)[1]
     out, err = (open(cwd / f"{name}.{kind}", "w") for kind in ("out", "err"))
-    proc = subprocess.Popen([sys.executable, "-m", "distlab.cli", *args], cwd=cwd, env=ENV, stdout=out, stderr=err)
+    proc = subprocess.Popen([sys.executable, "-m", "distlab.cli", *args], cwd=cwd, env=ENV, stdout=out, stderr=err,
+                            start_new_session=new_session)
     proc.output_files = (Path(out.name), Path(err.name))
     out.close()
     err.close()
@@ -170,20 +172,124 @@ def test_ctrl_c_single_process_checkpoints_and_resumes(work, ref1):
     assert summary(work / "runs" / name)["param_checksum"] == ref1
 
 
-def test_stopped_rank_is_named(work):
-    name = "hung"
-    proc = _start(work, _args(name, "step_delay_s=0.3", "dist.timeout_s=5", procs=2))
-    pids = _wait_for_ranks(work / "runs" / name, 2)
-    time.sleep(1.0)
-    os.kill(pids[1], signal.SIGSTOP)
+# The drills below inject one fault into a 2-rank job, five times each: a drill that passes 3 runs of 5
+# is a failing drill. Each bounds how long the job may take to end and checks that no process is left.
+DRILL_TIMEOUT_S = 5  # dist.timeout_s of the drills (any value > 0 is allowed)
+ATTEMPTS = range(5)
+
+
+def _drill(work: Path, name: str, *extra: str, new_session: bool = False) -> tuple[subprocess.Popen, list[int]]:
+    """A 2-rank job far from its end (400 slow steps), once both ranks are training."""
+    proc = _start(work, _args(name, "steps=400", "step_delay_s=0.3", f"dist.timeout_s={DRILL_TIMEOUT_S}", *extra,
+                              procs=2), new_session=new_session)
     try:
+        pids = _wait_for_ranks(work / "runs" / name, 2)
+    except BaseException:
+        _end_drill(proc, [])
+        raise
+    time.sleep(0.5)
+    return proc, pids
+
+
+def _end_drill(proc: subprocess.Popen, pids: list[int]) -> None:
+    """After a drill, pass or fail: nothing of it may keep running (a stopped rank dies of SIGKILL too)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(30)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _last_error(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.startswith("distlab: error:")]
+    assert lines, f"no 'distlab: error:' line in:\n{err}"
+    return lines[-1]
+
+
+@pytest.mark.parametrize("attempt", ATTEMPTS)
+@pytest.mark.parametrize("victim", [0, 1])
+def test_stopped_rank_ends_the_job_and_is_named(work, victim, attempt):
+    """SIGSTOP of either rank: the job ends within dist.timeout_s plus a bounded grace, naming that rank.
+
+    Stopping rank 0 used to hang 2 runs in 5: rank 1 logged its timeout and then deadlocked freeing the
+    gloo group (the group's destructor joins gloo's thread while holding the GIL that thread waits for).
+    """
+    from distlab.launch import WATCH_GRACE_S
+
+    name = f"stop{victim}-{attempt}"
+    proc, pids = _drill(work, name)
+    try:
+        os.kill(pids[victim], signal.SIGSTOP)
+        t0 = time.monotonic()
         _, err = _finish(proc, 120)
+        took = time.monotonic() - t0
+        print(f"drill {name}: ended {took:.1f} s after the fault, exit status {proc.returncode}")
     finally:
-        if Path(f"/proc/{pids[1]}").exists():
-            os.kill(pids[1], signal.SIGKILL)
+        _end_drill(proc, pids)
     assert proc.returncode == 2, err
-    line = next(ln for ln in err.splitlines() if ln.startswith("distlab: error:"))
-    assert "rank 1 did not arrive" in line and "rank1.log" in line and "Traceback" not in err
+    line = _last_error(err)
+    assert f"rank {victim} did not arrive: it was stopped" in line and f"rank{victim}.log" in line, line
+    assert "Traceback" not in err
+    assert took < DRILL_TIMEOUT_S + WATCH_GRACE_S + 15, f"the job took {took:.0f} s to end"
+    _assert_no_processes(name)
+
+
+@pytest.mark.parametrize("attempt", ATTEMPTS)
+def test_killed_rank_is_blamed_not_the_peer_it_took_down(work, attempt):
+    """kill -9 of rank 1: the launcher names rank 1 and the signal, never rank 0 (which died of it)."""
+    name = f"kill9-{attempt}"
+    proc, pids = _drill(work, name)
+    try:
+        os.kill(pids[1], signal.SIGKILL)
+        t0 = time.monotonic()
+        _, err = _finish(proc, 120)
+        took = time.monotonic() - t0
+        print(f"drill {name}: ended {took:.1f} s after the fault, exit status {proc.returncode}")
+    finally:
+        _end_drill(proc, pids)
+    assert proc.returncode == 2, err
+    line = _last_error(err)
+    assert line.startswith("distlab: error: rank 1 was killed by SIGKILL"), line
+    verdicts = [ln for ln in err.splitlines() if ln.startswith("distlab: error:")]  # rank 0's own log may say why
+    assert not [ln for ln in verdicts if "rank 0" in ln.split(";")[0]], err  # it died, but never as the cause
+    assert "Traceback" not in err
+    assert took < DRILL_TIMEOUT_S + 15, f"the job took {took:.0f} s to end"
+    _assert_no_processes(name)
+
+
+@pytest.mark.parametrize("attempt", ATTEMPTS)
+def test_double_ctrl_c_exits_130_leaving_nothing(work, attempt):
+    """Two SIGINTs (to the launcher's process group, as a terminal sends them, or to the launcher alone),
+    close together or apart: exit status 130, one line, no process left."""
+    delay = (0.0, 0.1, 0.3, 0.6, 1.0)[attempt]
+    to_group = attempt % 2 == 0
+    name = f"int2-{attempt}"
+    proc, pids = _drill(work, name, new_session=to_group)
+
+    def ctrl_c() -> None:
+        if to_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+
+    try:
+        ctrl_c()
+        time.sleep(delay)
+        ctrl_c()
+        t0 = time.monotonic()
+        _, err = _finish(proc, 120)
+        took = time.monotonic() - t0
+        print(f"drill {name}: ended {took:.1f} s after the fault, exit status {proc.returncode}")
+    finally:
+        _end_drill(proc, pids)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err and "SignalException" not in err and "KeyboardInterrupt" not in err
+    last = err.strip().splitlines()[-1]
+    assert "stopped at once by a second SIGINT" in last or "preempted by SIGINT" in last, last
+    assert took < 30, f"the launcher took {took:.0f} s to stop"
     _assert_no_processes(name)
 
 
@@ -210,6 +316,34 @@ def test_disk_full_says_so_leaves_no_temp_and_resumes(work, ref1):
         subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)  # the user frees space
         run_cli(args, work)
         assert summary(disk / "full")["param_checksum"] == ref1
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.mark.parametrize("free_pages", [0, 1, 2, 3, 4])
+def test_disk_full_from_the_start_is_one_clear_line(work, free_pages):
+    """The run's disk is full before the job starts (0 to 4 pages left: the lock, the run directory or the
+    logs are the first write to fail): no logging tracebacks, the last line says no space, and the job
+    ends at once. Once the rank logs could not be written, the launcher still names the rank and its
+    reason (the ranks also leave their exit line off the run's disk)."""
+    disk = work / f"full{free_pages}"
+    _tmpfs(disk, "256k")
+    name = f"full{free_pages}"
+    try:
+        with open(disk / "filler", "wb") as f:
+            f.write(b"\0" * (64 - free_pages) * 4096)
+        t0 = time.monotonic()
+        p = run_cli(_args(name, f"run.dir={disk}", f"dist.timeout_s={DRILL_TIMEOUT_S}", procs=2), work,
+                    check=False, timeout=120)
+        took = time.monotonic() - t0
+        print(f"drill {name}: failed in {took:.1f} s, exit status {p.returncode}")
+        assert p.returncode == 2, p.stderr
+        assert "Traceback" not in p.stderr and "Logging error" not in p.stderr, p.stderr
+        assert "no space left on device" in _last_error(p.stderr), p.stderr
+        assert "no space left on device" in p.stderr.strip().splitlines()[-1], p.stderr
+        assert p.stderr.count("cannot write") <= 2, p.stderr  # at most one line per rank about its log
+        assert took < 60, f"the job took {took:.0f} s to fail"
+        _assert_no_processes(name)
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
