@@ -37,9 +37,32 @@ class DataConfig:
         return Path("data") / "-".join(parts)
 
 
+SELECTIONS = ("q", "vote")
+NOISE_MODES = ("init", "latent")
+
+
+@dataclass
+class EvalConfig:
+    """Test-time sampling: ``samples`` trajectories per puzzle, one answer chosen per puzzle.
+
+    Trajectory 0 is today's noise-free evaluation (so ``samples=1`` is exactly it); trajectories 1..K-1 add
+    Gaussian noise to the initial latent state (``noise=init``) or to the carried latent before every segment
+    (``noise=latent``), ``noise_scale`` times unit variance. ``select=q`` keeps the trajectory whose final
+    q_halt logit (the halting head's "this answer is right") is highest; ``select=vote`` the most frequent
+    decoded answer (ties: the highest q_halt among the tied answers). Ties fall to the lower trajectory.
+    """
+
+    samples: int = 1
+    select: str = "q"  # q | vote
+    noise: str = "init"  # init | latent
+    noise_scale: float = 0.1
+    seed: int = 0  # noise seed (added to run.seed)
+
+
 @dataclass
 class HRMConfig(BaseConfig):
     data: DataConfig = field(default_factory=DataConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     arch: ArchConfig = field(default_factory=ArchConfig)
     global_batch_size: int = 768
     steps: int = 0  # total optimizer steps; 0 = derived from epochs

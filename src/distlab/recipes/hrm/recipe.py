@@ -42,6 +42,7 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
         raise DistlabError(f"dist.compile_mode={mode} replays CUDA graphs, whose outputs the next replay overwrites, "
                            "but the ACT carry each step returns is read by the next step; use "
                            "dist.compile_mode=max_autotune_no_cudagraphs or leave the default")
+    _validate_eval(cfg)
     state = getattr(cfg.optim.state_dtype, "value", cfg.optim.state_dtype)
     if state != "fp32" and cfg.optimizer != "adamw":
         raise DistlabError(f"optim.state_dtype={state} applies to AdamW; optimizer={cfg.optimizer} keeps fp32 "
@@ -59,6 +60,20 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
 
         for split in ("train", "test"):
             load_split(path, split)
+
+
+def _validate_eval(cfg: HRMConfig) -> None:
+    from distlab.recipes.hrm.config import NOISE_MODES, SELECTIONS
+
+    e = cfg.eval
+    if e.samples < 1:
+        raise DistlabError(f"eval.samples={e.samples} must be >= 1 (1 = plain evaluation)")
+    if e.select not in SELECTIONS:
+        raise DistlabError(f"eval.select={e.select!r} is not one of {', '.join(SELECTIONS)}")
+    if e.noise not in NOISE_MODES:
+        raise DistlabError(f"eval.noise={e.noise!r} is not one of {', '.join(NOISE_MODES)}")
+    if e.noise_scale < 0:
+        raise DistlabError(f"eval.noise_scale={e.noise_scale} must be >= 0")
 
 
 def evaluate_checkpoint(cfg: HRMConfig, session, ckpt: Path) -> dict:

@@ -27,6 +27,7 @@ from distlab.recipes.hrm.evaluation import evaluate
 from distlab.recipes.hrm.flops import flops_per_example
 from distlab.recipes.hrm.models import fused_mixer
 from distlab.recipes.hrm.models.build import build_model
+from distlab.recipes.hrm.models.config import curriculum_cycles
 from distlab.recipes.hrm.models.ema import EMA
 from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers
 from distlab.profiling import phase
@@ -116,8 +117,12 @@ def train(cfg: HRMConfig, session) -> dict:
     seq_tokens = meta["seq_len"] * cfg.global_batch_size
     status, last, t_start, flops_done = "completed", {}, time.perf_counter(), flops_step * step
     window, window_steps = {}, 0  # metric sums since the last log line (on the device: no sync per step)
+    planned = steps  # arch.curriculum follows the planned steps (a time limit may lower ``steps`` on the way)
     model.train()
     while step < steps:
+        if cfg.arch.curriculum:  # a pure function of the step: a resumed run trains at the depth it stopped at
+            unwrap(model).model.inner.active_H_cycles = curriculum_cycles(cfg.arch.curriculum, cfg.arch.H_cycles,
+                                                                         step, planned)
         # dist.grad_accum micro-batches per optimizer step, each with its own ACT carry (a carry holds the
         # sequences of one micro-batch slot); gradients are all-reduced on the last micro-batch only
         for micro, idx in enumerate(np.split(sampler.next(), accum)):

@@ -60,6 +60,18 @@ class RecurrentCore(nn.Module, ABC):
 
         init = trunc_normal_(torch.empty(self.num_states, cfg.hidden_size), std=1.0)
         self.register_buffer("state_init", init.to(self.dtype), persistent=True)
+        self.active_H_cycles: int | None = None  # arch.curriculum's depth for this training step; None = H_cycles
+        # test-time sampling (eval.samples): (mode, scale, generator) or None; see evaluation.py
+        self.eval_noise: tuple[str, float, torch.Generator] | None = None
+
+    @property
+    def H_cycles(self) -> int:
+        """Outer cycles this segment runs: the curriculum's while training under ``arch.curriculum``."""
+        return self.active_H_cycles or self.cfg.H_cycles
+
+    def _noise(self, z: torch.Tensor) -> torch.Tensor:
+        _, scale, gen = self.eval_noise
+        return scale * torch.randn(z.shape, generator=gen, device=z.device, dtype=torch.float32).to(z.dtype)
 
     def make_block(self) -> PostNormBlock:
         cfg = self.cfg
@@ -73,6 +85,8 @@ class RecurrentCore(nn.Module, ABC):
 
     def reset_carry(self, reset: torch.Tensor, carry: InnerCarry) -> InnerCarry:
         flag = reset.view(-1, 1, 1)
+        if self.eval_noise is not None and self.eval_noise[0] == "init":
+            return tuple(torch.where(flag, self.state_init[i] + self._noise(z), z) for i, z in enumerate(carry))
         return tuple(torch.where(flag, self.state_init[i], z) for i, z in enumerate(carry))
 
     # --- input / output ------------------------------------------------------------------------
@@ -96,6 +110,8 @@ class RecurrentCore(nn.Module, ABC):
     def forward(self, carry: InnerCarry, batch: dict[str, torch.Tensor]
                 ) -> tuple[InnerCarry, torch.Tensor, torch.Tensor, torch.Tensor]:
         x = self.input_embeddings(batch["inputs"], batch["puzzle_identifiers"])
+        if self.eval_noise is not None and self.eval_noise[0] == "latent":
+            carry = tuple(z + self._noise(z) for z in carry)
         if self.cfg.mlp_t:
             # positions-first inside the segment: each sequence-mixer matmul is then one GEMM over the whole
             # batch with no transposed copy per block (8% of TRM's step on an H200; docs/benchmarks.md)

@@ -51,6 +51,10 @@ class ArchConfig:
     mlp_t: bool = False
     fused_mixer: bool = True  # mlp_t's no-grad passes as one Triton kernel on CUDA (models/fused_mixer.py)
     ema_decay: float = 0.999
+    # depth curriculum (HRM/TRM): H_cycles used by training step s of S, a pure function of s/S so a resume is
+    # exact; "" = off (always H_cycles), "linear" = 1 -> H_cycles in equal parts of training,
+    # "0:1,0.3:2,0.6:3" = from each fraction of training on, that many cycles. Evaluation uses H_cycles.
+    curriculum: str = ""
 
     def __post_init__(self) -> None:
         self._check_choice("name", self.name, ARCHS)
@@ -73,6 +77,10 @@ class ArchConfig:
                                f"puzzle_emb_ndim={self.puzzle_emb_ndim}; raise puzzle_emb_len or set it to 0 (auto)")
         if not 0.0 <= self.halt_exploration_prob <= 1.0:
             raise DistlabError("arch.halt_exploration_prob must lie in [0, 1]")
+        if self.curriculum:
+            if self.name == "transformer":
+                raise DistlabError("arch.curriculum grows HRM's/TRM's cycles; arch.name=transformer has none")
+            parse_curriculum(self.curriculum, self.H_cycles)
 
     @staticmethod
     def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
@@ -116,6 +124,39 @@ class ArchConfig:
     def segments(self) -> int:
         """Maximum ACT segments per example (1 without an outer loop)."""
         return 1 if self.act == "none" else self.halt_max_steps
+
+
+def parse_curriculum(spec: str, max_cycles: int) -> list[tuple[float, int]]:
+    """``arch.curriculum`` as ``[(from_fraction, cycles), ...]``, ascending, starting at 0."""
+    if spec == "linear":
+        return [(i / max_cycles, i + 1) for i in range(max_cycles)]
+    points = []
+    try:
+        for part in spec.split(","):
+            frac, cycles = part.split(":")
+            points.append((float(frac), int(cycles)))
+    except ValueError:
+        raise DistlabError(f"arch.curriculum={spec!r} is neither 'linear' nor a schedule like '0:1,0.3:2,0.6:3' "
+                           "(fraction of training: H_cycles)") from None
+    fracs = [f for f, _ in points]
+    if fracs[0] != 0.0 or fracs != sorted(set(fracs)) or fracs[-1] >= 1.0:
+        raise DistlabError(f"arch.curriculum={spec!r}: fractions must start at 0, rise strictly and stay below 1")
+    if any(not 1 <= c <= max_cycles for _, c in points):
+        raise DistlabError(f"arch.curriculum={spec!r}: cycles must lie in 1..arch.H_cycles={max_cycles} "
+                           "(evaluation runs H_cycles)")
+    return points
+
+
+def curriculum_cycles(spec: str, max_cycles: int, step: int, total_steps: int) -> int:
+    """H_cycles for the optimizer step ``step`` (0-based) of ``total_steps``; ``max_cycles`` when off."""
+    if not spec:
+        return max_cycles
+    frac = step / max(total_steps, 1)
+    cycles = max_cycles
+    for start, c in parse_curriculum(spec, max_cycles):
+        if frac >= start:
+            cycles = c
+    return cycles
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ class HRMInner(RecurrentCore):
 
     def recur(self, carry: InnerCarry, x: torch.Tensor, cos_sin: CosSin | None) -> tuple[InnerCarry, torch.Tensor]:
         z_H, z_L = carry
-        H, L = self.cfg.H_cycles, self.cfg.L_cycles
+        H, L = self.H_cycles, self.cfg.L_cycles
         with torch.no_grad():
             for h in range(H):
                 last_h = h == H - 1

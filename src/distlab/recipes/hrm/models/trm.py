@@ -37,7 +37,7 @@ class TRMInner(RecurrentCore):
     def recur(self, carry: InnerCarry, x: torch.Tensor, cos_sin: CosSin | None) -> tuple[InnerCarry, torch.Tensor]:
         y, z = carry
         with torch.no_grad():
-            for _ in range(self.cfg.H_cycles - 1):
+            for _ in range(self.H_cycles - 1):
                 y, z = self._recursion(y, z, x, cos_sin)
         y, z = self._recursion(y, z, x, cos_sin)
         return (y, z), y
