@@ -3,9 +3,10 @@
 A completion's reward is ``sum_i w_i r_i``. Built-ins: ``tests`` (1 when every hidden test passes, run in the
 sandbox), ``tests_fraction`` (partial credit: the fraction of the tests' asserts that pass, each assert run on its
 own after the program; 1 only when ``tests`` is 1 -- open-r1's ``code_reward``, verl's continuous code score),
-``format`` (1 when the completion holds a program the extractor can take out), ``overlong`` (DAPO's soft
-length penalty: 0 up to ``max_completion_length - overlong_buffer`` tokens, then falling linearly to -1 at the
-limit). A user's own function is named by import path, ``my_pkg.rewards:score``, and called as
+``format`` (1 when the completion holds a program the extractor can take out; for a math task, a boxed or stated
+final answer), ``overlong`` (DAPO's soft length penalty: 0 up to ``max_completion_length - overlong_buffer`` tokens,
+then falling linearly to -1 at the limit). For a math task ``tests`` is 1 when the final answer matches (no sandbox)
+and ``tests_fraction`` equals it. A user's own function is named by import path, ``my_pkg.rewards:score``, and called as
 ``score(prompt=str, completion=str, task=Task) -> float`` in the reward workers, each call bounded by
 ``reward_timeout_s``. Names are resolved before any process starts, so a typo or an import error is one line.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from distlab.errors import DistlabError, near_matches
 from distlab.recipes.lm.tasks import Task
+from distlab.recipes.lm.tasks.math_answer import extract_answer
 from distlab.recipes.lm.tasks.prompts import build_program
 
 BUILTIN = ("tests", "tests_fraction", "format", "overlong")
@@ -72,6 +74,8 @@ def check_rewards(names: Sequence[str], weights: Sequence[float], timeout_s: flo
 
 
 def format_reward(sample: Sample, mode: str) -> float:
+    if sample.task.kind == "math":
+        return 1.0 if extract_answer(sample.completion, strict=True) is not None else 0.0
     return 1.0 if build_program(sample.task, sample.completion, mode) else 0.0
 
 

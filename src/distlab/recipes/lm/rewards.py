@@ -2,7 +2,9 @@
 
 Scoring runs in a thread pool beside the trainer, so the programs of one generation chunk execute while
 the next chunk is sampled. The trainer process only ever starts sandbox processes by exec; no program
-text runs in it. The pool's threads share the counters, so every write to them holds the lock.
+text runs in it. A math task (``kind="math"``) needs no sandbox: its completion's final answer is compared with the
+task's ``answer`` as text (:func:`~distlab.recipes.lm.tasks.math_answer.check_answer`), nothing is executed.
+The pool's threads share the counters, so every write to them holds the lock.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import NamedTuple
 
 from distlab.recipes.lm.sandbox import Sandbox, SandboxConfig
 from distlab.recipes.lm.tasks import Task
+from distlab.recipes.lm.tasks.math_answer import check_answer
 from distlab.recipes.lm.tasks.prompts import build_program
 
 
@@ -76,8 +79,8 @@ class RewardScorer:
         when that reward is computed anyway (it was submitted first, so it is running or done: no deadlock).
         """
         passed = whole.result() if whole is not None else self.verdict(task, completion).reward
-        if passed == 1.0:
-            return 1.0
+        if passed == 1.0 or task.kind == "math":  # a final answer is right or wrong: no partial credit
+            return float(passed)
         jobs = split_tests(task.tests)
         program = build_program(task, completion, self.mode)
         if len(jobs) < 2 or not program:
@@ -86,7 +89,14 @@ class RewardScorer:
         return min(sum(r.passed for r in results), len(jobs) - 1) / len(jobs)
 
     def verdict(self, task: Task, completion: str) -> Verdict:
-        """Runs the completion's program against the task's tests (in the calling thread)."""
+        """Runs the completion's program against the task's tests (in the calling thread); checks a math task's
+        final answer instead (no sandbox)."""
+        if task.kind == "math":
+            reward, status, detail = check_answer(completion, task.answer)
+            if status == "no_answer":  # counted with programs that hold no code: nothing usable came out
+                with self._lock:
+                    self.counts["no_code"] += 1
+            return Verdict(reward, status, detail)
         program = build_program(task, completion, self.mode)
         if not program:
             with self._lock:

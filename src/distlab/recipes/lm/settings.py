@@ -35,13 +35,13 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    train: str = "synthetic"  # synthetic | mbpp
+    train: str = "synthetic"  # synthetic | mbpp | math (synthetic word problems) | FILE.jsonl | datasets DIR
     train_split: str = "train"
     train_size: int = 0  # mbpp/humaneval: first N of the split (0 = all); synthetic: tasks generated (0 = 512)
-    eval: str = "synthetic"  # synthetic | mbpp | humaneval
+    eval: str = "synthetic"  # synthetic | mbpp | humaneval | math | FILE.jsonl
     eval_split: str = "eval"
     eval_size: int = 0  # as train_size; synthetic: 0 = 64
-    families: str = ""  # synthetic families, comma-separated ("" = the split's default families)
+    families: str = ""  # synthetic (or math) families, comma-separated ("" = the split's default families)
     eval_families: str = ""
     mbpp_dir: str = "../shared/data/mbpp"
     few_shot: int = 0  # text mode: solved training tasks shown before each prompt

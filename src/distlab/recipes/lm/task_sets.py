@@ -5,6 +5,8 @@ from __future__ import annotations
 from distlab.recipes.lm.settings import TaskConfig
 from distlab.recipes.lm.tasks import Task, load_tasks
 
+GENERATED = ("synthetic", "math", "math_synthetic")  # sources whose tasks are drawn, not read
+
 
 def _families(spec: str) -> list[str] | None:
     names = [f.strip() for f in spec.split(",") if f.strip()]
@@ -12,14 +14,14 @@ def _families(spec: str) -> list[str] | None:
 
 
 def train_tasks(cfg: TaskConfig) -> list[Task]:
-    n = cfg.train_size or (512 if cfg.train == "synthetic" else None)
+    n = cfg.train_size or (512 if cfg.train in GENERATED else None)
     return load_tasks(cfg.train, cfg.train_split, mbpp_dir=cfg.mbpp_dir, n=n, seed=cfg.seed,
                       families=_families(cfg.families))
 
 
 def eval_tasks(cfg: TaskConfig) -> list[Task]:
     """Held out from training: another seed for synthetic tasks (and, by default, other families)."""
-    n = cfg.eval_size or (64 if cfg.eval == "synthetic" else None)
+    n = cfg.eval_size or (64 if cfg.eval in GENERATED else None)
     return load_tasks(cfg.eval, cfg.eval_split, mbpp_dir=cfg.mbpp_dir, n=n, seed=cfg.seed + 10_007,
                       families=_families(cfg.eval_families))
 

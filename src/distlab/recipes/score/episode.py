@@ -20,13 +20,15 @@ from distlab.errors import DistlabError
 from distlab.recipes.lm.chat import render_prompt
 from distlab.recipes.lm.stops import FINISH_STOP, Completion
 from distlab.recipes.lm.tasks import Task, chat_messages
-from distlab.recipes.lm.tasks.prompts import CHAT_INSTRUCTION, FENCE_CLOSE, FENCE_OPEN
+from distlab.recipes.lm.tasks.prompts import FENCE_CLOSE, FENCE_OPEN, chat_instruction, is_math, text_lead
 
 ROLE_PAD, ROLE_PROMPT, ROLE_Y1, ROLE_GLUE, ROLE_HINT, ROLE_INSTR, ROLE_Y2 = -1, 0, 1, 2, 3, 4, 5
 ROLE_NAMES = {ROLE_PROMPT: "prompt", ROLE_Y1: "y1", ROLE_GLUE: "glue", ROLE_HINT: "hint", ROLE_INSTR: "instruction",
               ROLE_Y2: "y2"}
 GUIDE_INSTRUCTION = ("Here is a programming problem and an attempted solution. Give one short hint in words "
                      "(no code) that would help the author check or fix it.")
+GUIDE_INSTRUCTION_MATH = ("Here is a math problem and an attempted solution. Give one short hint in words (not the "
+                          "final answer) that would help the author check or fix it.")
 EXTRINSIC = "Execution result (extrinsic feedback)"
 
 
@@ -68,20 +70,22 @@ def turn2_pieces(task: Task, tok, mode: str, prompt1: str, y1: Completion, hint:
     Text mode: ``[Hint: h] instruction [problem again] ```python``. ``restate`` repeats the problem
     statement after the instruction: a base model continues the nearest problem, so without it a
     small text-mode model has only the instruction right before the code it must write. It says
-    nothing about whether y1 was right. Chat mode: the tokenizer's template renders the conversation.
+    nothing about whether y1 was right. Chat mode: the tokenizer's template renders the conversation. A math task
+    opens ``Solution:`` instead of the fence (and has no fence of y1's to close).
     """
     if mode == "text":
-        pieces = [] if y1.finish_reason == FINISH_STOP else [("\n" + FENCE_CLOSE, ROLE_GLUE)]
+        closed = y1.finish_reason == FINISH_STOP or is_math(task)
+        pieces = [] if closed else [("\n" + FENCE_CLOSE, ROLE_GLUE)]
         pieces.append(("\n", ROLE_GLUE))
         if hint:
             pieces += [("Hint: ", ROLE_GLUE), (hint, ROLE_HINT), ("\n", ROLE_GLUE)]
         pieces.append((instruction, ROLE_INSTR))
         if restate:
             pieces += [("\n", ROLE_GLUE), (task.prompt, ROLE_PROMPT)]
-        return pieces + [("\n" + FENCE_OPEN, ROLE_GLUE)]
+        return pieces + [("\n" + text_lead(task), ROLE_GLUE)]
     if mode != "chat":
         raise DistlabError(f"prompt mode {mode!r} is not one of chat, text")
-    user = (f"Hint: {hint}\n" if hint else "") + f"{instruction}\n{CHAT_INSTRUCTION}"
+    user = (f"Hint: {hint}\n" if hint else "") + f"{instruction}\n{chat_instruction(task)}"
     messages = [*chat_messages(task, few_shot=few_shot), {"role": "assistant", "content": y1.text},
                 {"role": "user", "content": user}]
     full = render_prompt(tok, messages)
@@ -128,17 +132,20 @@ def turn2_prompt(ep: Episode, tok, mode: str, prompt1: str, hint: str, instructi
 
 def guidance_prompt(task: Task, y1_text: str, tok, mode: str, execution: tuple[str, str] | None) -> str:
     """What the guidance model reads: the problem, turn 1's attempt and (``hint_sees_execution``) its test result."""
-    result = ""
+    result, math = "", is_math(task)
     if execution is not None:
         status, tail = execution
-        result = (f"{EXTRINSIC}: passed every test.\n" if status == "passed"
+        passed = "the final answer is right" if math else "passed every test"
+        result = (f"{EXTRINSIC}: {passed}.\n" if status == "passed"
                   else f"{EXTRINSIC}: {status}. {tail.strip()}\n")
-    # a chat reply brings its own fences; a text-mode completion is bare code
-    attempt = f"{y1_text.strip()}\n" if FENCE_CLOSE in y1_text else f"{FENCE_OPEN}{y1_text.strip()}\n{FENCE_CLOSE}\n"
+    # a chat reply brings its own fences; a text-mode completion is bare code; a math attempt is prose
+    attempt = (f"{y1_text.strip()}\n" if FENCE_CLOSE in y1_text or math
+               else f"{FENCE_OPEN}{y1_text.strip()}\n{FENCE_CLOSE}\n")
     if mode == "text":
         return f"Problem:\n{task.prompt}\nAttempt:\n{attempt}{result}Hint:"
-    return render_prompt(tok, [{"role": "user", "content": f"{GUIDE_INSTRUCTION}\n\nProblem:\n{task.prompt}\n\n"
-                                                            f"Attempt:\n{attempt}{result}"}])
+    guide = GUIDE_INSTRUCTION_MATH if math else GUIDE_INSTRUCTION
+    return render_prompt(tok, [{"role": "user", "content": f"{guide}\n\nProblem:\n{task.prompt}\n\n"
+                                                           f"Attempt:\n{attempt}{result}"}])
 
 
 def leaks_code(hint: str, markers: Sequence[str]) -> bool:

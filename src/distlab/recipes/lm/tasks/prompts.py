@@ -3,7 +3,9 @@
 Two modes, because the GRPO/SCoRe recipes drive both instruct models (chat messages; the model code applies the
 tokenizer's chat template) and base or from-scratch models (plain text). In text mode every non-HumanEval prompt ends
 by opening a ```python fence, so the completion is bare code and generation can stop at the closing fence; HumanEval
-keeps its classic form, the completion continuing the function after its docstring.
+keeps its classic form, the completion continuing the function after its docstring. A math task (``kind="math"``)
+asks for the final answer in ``\\boxed{}`` (chat) or opens ``Solution:`` after ``Problem: ...`` (text; generation
+stops at a blank line); its completion is checked as text (:mod:`.math_answer`), never run.
 """
 
 from __future__ import annotations
@@ -20,18 +22,39 @@ CHAT_INSTRUCTION = "Reply with the Python code in one ```python block."
 HUMANEVAL_CHAT_INSTRUCTION = "Complete this Python function. Reply with the whole function in one ```python block."
 FENCE_OPEN = "```python\n"
 FENCE_CLOSE = "```"
+MATH_CHAT_INSTRUCTION = "Solve the problem step by step and put the final answer in \\boxed{}."
+MATH_TEXT_LEAD = "Solution:"
+MATH_TEXT_STOPS: tuple[str, ...] = ("\n\n", "\nProblem:")
 # Where a continuation of a HumanEval prompt has finished the function and started something else.
 HUMANEVAL_TEXT_STOPS: tuple[str, ...] = ("\nclass ", "\ndef ", "\nif __name__", "\nprint(", "\nassert ", "\n#",
                                          "\n```")
 
 
+def is_math(task: Task) -> bool:
+    return task.kind == "math"
+
+
+def chat_instruction(task: Task) -> str:
+    """What a chat prompt asks for after the problem: one python block, or a boxed final answer."""
+    return MATH_CHAT_INSTRUCTION if is_math(task) else CHAT_INSTRUCTION
+
+
+def text_lead(task: Task) -> str:
+    """How a text-mode prompt (and SCoRe's turn-2 prompt) opens the answer: a python fence or ``Solution:``."""
+    return MATH_TEXT_LEAD if is_math(task) else FENCE_OPEN
+
+
 def _chat_content(task: Task) -> str:
+    if is_math(task):
+        return f"{task.prompt}\n{MATH_CHAT_INSTRUCTION}"
     if task.source == "humaneval":
         return f"{HUMANEVAL_CHAT_INSTRUCTION}\n\n{FENCE_OPEN}{task.prompt.rstrip()}\n{FENCE_CLOSE}"
     return f"{task.prompt}\n{CHAT_INSTRUCTION}"
 
 
 def _chat_answer(task: Task) -> str:
+    if is_math(task):
+        return f"{task.solution.strip()}\nThe final answer is \\boxed{{{task.answer}}}."
     return f"{FENCE_OPEN}{task.solution.strip()}\n{FENCE_CLOSE}"
 
 
@@ -53,6 +76,8 @@ def _need_solution(task: Task) -> None:
 
 
 def _text_block(task: Task) -> str:
+    if is_math(task):
+        return f"Problem: {task.prompt}\n{MATH_TEXT_LEAD}"
     if task.source == "humaneval":
         return task.prompt
     return f"{task.prompt}\n{FENCE_OPEN}"
@@ -61,6 +86,8 @@ def _text_block(task: Task) -> str:
 def text_completion(task: Task) -> str:
     """The reference completion for ``text_prompt(task)``: the target of a supervised warm-up."""
     _need_solution(task)
+    if is_math(task):
+        return f" {task.solution.strip()}\n\n"
     if task.source == "humaneval":
         return task.solution[len(task.prompt):] if task.solution.startswith(task.prompt) else task.solution
     return f"{task.solution.strip()}\n{FENCE_CLOSE}"
@@ -77,6 +104,8 @@ def stop_strings(task: Task, mode: str = "text") -> tuple[str, ...]:
     _check_mode(mode)
     if mode == "chat":
         return ()
+    if is_math(task):
+        return MATH_TEXT_STOPS
     return HUMANEVAL_TEXT_STOPS if task.source == "humaneval" else (FENCE_CLOSE,)
 
 
@@ -104,6 +133,8 @@ def build_program(task: Task, completion: str, mode: str = "chat") -> str:
     ``from typing import List``, and its annotations would then fail for a reason the benchmark does not test.
     """
     _check_mode(mode)
+    if is_math(task):
+        raise DistlabError(f"task {task.task_id} is a math task: its answer is checked as text, not run as a program")
     if mode == "text":
         cut = len(completion)
         for stop in stop_strings(task, "text"):

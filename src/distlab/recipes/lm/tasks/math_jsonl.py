@@ -1,0 +1,107 @@
+"""A user's math problems from JSONL (``task.train=FILE.jsonl``): GSM8K's and MATH's layouts, detected per file.
+
+GSM8K: ``{"question": ..., "answer": "... #### 72"}``: the final answer follows the last ``####``; the rest of the
+answer (calculator marks ``<<48/2=24>>`` removed) is the worked solution. MATH: ``{"problem": ..., "solution":
+"... \\boxed{3/4} ..."}``: the final answer is the last ``\\boxed{}`` of the solution, or the row's ``answer`` when
+given (MATH-500's layout). Optional ``task_id`` (or ``unique_id``). The file's first row picks the layout (a row
+with ``prompt`` is a code task, :mod:`.jsonl`); every line is checked before any process starts, an error names
+``file:line``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from distlab.errors import DistlabError
+from distlab.recipes.lm.tasks.math_answer import last_boxed, normalize
+from distlab.recipes.lm.tasks.task import Task
+
+LAYOUTS = {"gsm8k": ("question", "answer"), "math": ("problem", "solution")}
+_CALC = re.compile(r"<<[^<>]*>>")
+
+
+def jsonl_layout(path: str | Path) -> str:
+    """``"gsm8k"``, ``"math"`` or ``"code"`` (the :mod:`.jsonl` layout, also for files it will reject)."""
+    p = Path(path)
+    if not p.is_file():
+        return "code"
+    with p.open(encoding="utf-8") as fh:
+        for text in fh:
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError:
+                return "code"  # the code loader names the line
+            if isinstance(row, dict) and "prompt" not in row:
+                if "question" in row:
+                    return "gsm8k"
+                if "problem" in row:
+                    return "math"
+            return "code"
+    return "code"
+
+
+def _text(row: dict, key: str, where: str, layout: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value.strip():
+        q, a = LAYOUTS[layout]
+        raise DistlabError(f"{where}: {layout} layout: {key!r} must be a non-empty string (each line needs {q!r} "
+                           f"and {a!r})")
+    return value
+
+
+def math_task_from_row(row: Any, where: str, default_id: str, layout: str) -> Task:
+    if not isinstance(row, dict):
+        raise DistlabError(f"{where}: each line must be a JSON object, got {type(row).__name__}")
+    q_key, a_key = LAYOUTS[layout]
+    question, worked = _text(row, q_key, where, layout), _text(row, a_key, where, layout)
+    if layout == "gsm8k":
+        if "####" not in worked:
+            raise DistlabError(f"{where}: gsm8k layout: 'answer' has no '#### <final answer>' line")
+        body, _, final = worked.rpartition("####")
+        answer = final.strip()
+        solution = f"{_CALC.sub('', body).strip()}\nThe answer is {answer}.".strip()
+    else:
+        given = row.get("answer")
+        answer = given.strip() if isinstance(given, str) and given.strip() else (last_boxed(worked) or "").strip()
+        if not answer:
+            raise DistlabError(f"{where}: math layout: 'solution' has no \\boxed{{...}} final answer (or give "
+                               f"'answer')")
+        solution = worked.strip()
+    if not normalize(answer):
+        raise DistlabError(f"{where}: the final answer {answer!r} is empty once normalised")
+    task_id = row.get("task_id", row.get("unique_id", default_id))
+    if not isinstance(task_id, (str, int)):
+        raise DistlabError(f"{where}: 'task_id' must be a string, got {type(task_id).__name__}")
+    return Task(task_id=str(task_id), prompt=question, entry_point=None, tests="", visible_test="",
+                source=f"jsonl:{layout}", solution=solution, kind="math", answer=answer)
+
+
+def load_math_jsonl(path: str | Path, layout: str | None = None) -> list[Task]:
+    """Every problem of the file, in order; a one-line error naming the file and line for anything malformed."""
+    p = Path(path)
+    layout = layout or jsonl_layout(p)
+    if layout not in LAYOUTS:
+        raise DistlabError(f"{p}: not a math file (rows need question/answer or problem/solution)")
+    tasks, ids = [], set()
+    with p.open(encoding="utf-8") as fh:
+        for n, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            where = f"{p}:{n}"
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DistlabError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
+            task = math_task_from_row(row, where, f"{p.stem}/{n}", layout)
+            if task.task_id in ids:
+                raise DistlabError(f"{where}: task_id {task.task_id!r} appears twice; ids must be unique")
+            ids.add(task.task_id)
+            tasks.append(task)
+    if not tasks:
+        raise DistlabError(f"task file {p} holds no tasks")
+    return tasks
