@@ -131,36 +131,43 @@ class TrainState:
         self.models: dict[str, tuple[torch.nn.Module, list[torch.optim.Optimizer]]] = {}
         self.replicated: dict[str, Any] = {}
         self.per_rank: dict[str, Any] = {}
+        self.optional: set[str] = set()  # replicated objects a checkpoint may lack (they then start fresh)
         self.counters: dict[str, Any] = {"step": 0}
 
     def add_model(self, name: str, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> None:
         self._check_new(name)
         self.models[name] = (model, list(optimizers))
 
-    def add(self, name: str, obj: Any, per_rank: bool = False) -> None:
+    def add(self, name: str, obj: Any, per_rank: bool = False, optional: bool = False) -> None:
+        """``optional``: a checkpoint written without this object (e.g. the fp16 loss scaler, by a run that
+        used another ``dist.precision``) still loads, and the object keeps its fresh state."""
         if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
             raise TypeError(f"{name}: tracked objects need state_dict() and load_state_dict()")
         self._check_new(name)
         (self.per_rank if per_rank else self.replicated)[name] = obj
+        if optional:
+            self.optional.add(name)
 
     def _check_new(self, name: str) -> None:
         if name in self.models or name in self.replicated or name in self.per_rank:
             raise ValueError(f"state '{name}' is registered twice")
 
-    def dcp_state(self) -> dict[str, Any]:
+    def dcp_state(self, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
         state: dict[str, Any] = {"models": {}, "optim": {}, "objects": {}}
         for name, (model, opts) in self.models.items():
             state["models"][name], state["optim"][name] = get_state_dict(model, opts)
         for name, obj in self.replicated.items():
-            state["objects"][name] = obj.state_dict()
+            if name not in skip:
+                state["objects"][name] = obj.state_dict()
         return state
 
-    def load_dcp_state(self, state: dict[str, Any]) -> None:
+    def load_dcp_state(self, state: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
         for name, (model, opts) in self.models.items():
             set_state_dict(model, opts, model_state_dict=state["models"][name],
                            optim_state_dict=state["optim"][name])
         for name, obj in self.replicated.items():
-            obj.load_state_dict(state["objects"][name])
+            if name not in skip:
+                obj.load_state_dict(state["objects"][name])
 
     def rank_state(self) -> dict[str, Any]:
         return {name: obj.state_dict() for name, obj in self.per_rank.items()}
@@ -398,9 +405,13 @@ class CheckpointManager:
         if missing:
             raise DistlabError(f"checkpoint {ckpt} holds no model {missing[0]!r} (it has {meta.get('models')}); "
                                f"was it written by another recipe or config?")
-        dcp_state = state.dcp_state()
+        absent = frozenset(n for n in state.optional if n in state.replicated and n not in meta.get("objects", ()))
+        if absent:
+            log.warning("checkpoint %s holds no %s (written without it): starting it fresh", ckpt.name,
+                        ", ".join(sorted(absent)))
+        dcp_state = state.dcp_state(skip=absent)
         dcp.load(dcp_state, checkpoint_id=str(ckpt))
-        state.load_dcp_state(dcp_state)
+        state.load_dcp_state(dcp_state, skip=absent)
         state.counters.update({k: meta[k] for k in state.counters if k in meta})
         rng_file = ckpt / "rng" / f"rank{self.rt.rank}.pt"
         if meta.get("world_size") == self.rt.world_size and rng_file.exists():

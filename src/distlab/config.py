@@ -37,6 +37,7 @@ class Wrap(str, Enum):
 class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
+    fp16 = "fp16"  # autocast to float16 with dynamic loss scaling (see distlab.amp)
 
 
 class CompileMode(str, Enum):
@@ -99,6 +100,8 @@ class DistConfig:
     compile: bool = False
     compile_mode: CompileMode = CompileMode.default  # with compile=true: see CompileMode
     precision: Precision = Precision.fp32
+    loss_scale_init: float = 65536.0  # dist.precision=fp16: the first loss scale (2^16, torch's default)
+    loss_scale_growth_interval: int = 2000  # dist.precision=fp16: steps without overflow before the scale doubles
     grad_accum: int = 1
     tf32: bool = True
     verify_init: bool = True  # all-gather a parameter checksum at start to prove ranks agree
@@ -374,7 +377,7 @@ OPTIONAL_CORE_KEYS = ("dist.grad_accum", "run.time_limit_s", "dist.wrap", "dist.
 # "off/automatic" meaning and is allowed (``ckpt.every=0``).
 POSITIVE_KEYS = frozenset({
     "every", "grad_accum", "base_world_size", "timeout_s", "keep_last", "devices_per_rank", "bucket_mb",
-    "profile_wait", "powersgd_rank",
+    "profile_wait", "powersgd_rank", "loss_scale_init", "loss_scale_growth_interval",
 })
 DIST_BACKENDS = ("auto", "nccl", "gloo")
 DIST_DEVICES = ("auto", "cpu", "cuda")
@@ -465,6 +468,12 @@ def check_memory_options(cfg: Any) -> None:
     if hook == "powersgd" and d.powersgd_start_iter < 2:
         raise DistlabError(f"dist.powersgd_start_iter={d.powersgd_start_iter} is invalid: PowerSGD's error feedback "
                            f"needs at least 2 plain all-reduce steps first (default dist.powersgd_start_iter=10)")
+    if _plain(d.precision) != "fp16":
+        defaults = DistConfig()
+        for key in ("loss_scale_init", "loss_scale_growth_interval"):
+            if getattr(d, key) != getattr(defaults, key):
+                raise DistlabError(f"dist.{key} sets fp16 loss scaling but dist.precision={_plain(d.precision)}; add "
+                                   f"dist.precision=fp16 or remove dist.{key}")
     if d.auto_micro_batch and d.grad_accum != 1:
         raise DistlabError(f"dist.auto_micro_batch=true chooses dist.grad_accum itself (set to {d.grad_accum}); "
                            f"remove one of them")

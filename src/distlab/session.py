@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from distlab.amp import MixedPrecision
 from distlab.atomic import atomic_write_json
 from distlab.checkpoint import CheckpointManager, TrainState
 from distlab.config import BaseConfig, Resume, to_yaml
@@ -75,10 +76,16 @@ class Session:
         self.eval_mode = eval_mode
         self.ckpt = CheckpointManager(ckpt_root or checkpoints_dir(self.run_dir), rt, cfg.ckpt.keep_last,
                                       cfg.ckpt.async_save, cfg.ckpt.verify, create=not eval_mode)
+        # dist.precision=fp16's loss scaling (a pass-through otherwise): every recipe's backward and optimizer
+        # step go through it; with fp16 its scale is checkpointed and logged (amp/scale, amp/skipped_steps)
+        self.amp = MixedPrecision(cfg.dist.precision, rt.device, init_scale=cfg.dist.loss_scale_init,
+                                  growth_interval=cfg.dist.loss_scale_growth_interval)
         self.metrics = MetricLogger(self.run_dir, rt.is_main, cfg.log, cfg.run.name,
                                     config={"yaml": to_yaml(cfg)} if rt.is_main else None,
-                                    extra=lambda: device_peak_memory(rt))
+                                    extra=lambda: {**device_peak_memory(rt), **self.amp.metrics()})
         self.state = TrainState()
+        if self.amp.enabled:  # optional: a checkpoint from a run in fp32/bf16 resumes with a fresh scale
+            self.state.add("amp", self.amp, optional=True)
         self._t0 = time.monotonic()
         self.profiler = StepProfiler(self.run_dir / "profile", cfg.log.profile_steps, cfg.log.profile_wait, rt.device,
                                      enabled=rt.is_main and not eval_mode)

@@ -1,4 +1,4 @@
-"""Model wrapping: DDP or FSDP2, optional ``torch.compile``, bf16 autocast, accumulation without sync."""
+"""Model wrapping: DDP or FSDP2, optional ``torch.compile``, bf16/fp16 autocast, accumulation without sync."""
 
 from __future__ import annotations
 
@@ -84,8 +84,12 @@ def no_sync(model: nn.Module, active: bool) -> Iterator[None]:
 
 
 def autocast(rt: Runtime, precision: Precision | str) -> contextlib.AbstractContextManager:
-    if Precision(precision) == Precision.bf16:
+    """bf16 or fp16 autocast on the rank's device (fp16 needs the loss scaling of :mod:`distlab.amp`)."""
+    precision = Precision(precision)
+    if precision == Precision.bf16:
         return torch.autocast(device_type=rt.device.type, dtype=torch.bfloat16)
+    if precision == Precision.fp16:
+        return torch.autocast(device_type=rt.device.type, dtype=torch.float16)
     return contextlib.nullcontext()
 
 

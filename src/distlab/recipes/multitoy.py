@@ -135,9 +135,10 @@ def train(cfg: MultiToyConfig, session) -> dict:
             boot = target(nxt.to(dev["target"])).squeeze(-1).cpu()
         td_target = (reward + cfg.gamma * boot).to(dev["critic"])
         v_loss = F.mse_loss(critic(x.to(dev["critic"])).squeeze(-1), td_target, reduction="sum")
-        ((pi_loss + v_loss) * rt.world_size / cfg.global_batch_size).backward()  # DDP averages: global mean
+        # DDP averages: global mean. No autocast here (fp32 compute); with fp16 the loss is still scaled
+        session.amp.backward((pi_loss + v_loss) * rt.world_size / cfg.global_batch_size)
+        session.amp.step(opts)  # both optimizers or, after an fp16 overflow, neither
         for opt in opts:
-            opt.step()
             opt.zero_grad(set_to_none=True)
         soft_update_(target, unwrap(critic), cfg.tau)
         ema.update(policy)

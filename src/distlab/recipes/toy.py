@@ -1,6 +1,6 @@
 """A small causal transformer on synthetic sequences: the reference use of the core.
 
-It exercises every core path (global-batch sampler, DDP/FSDP2, accumulation, clipping, bf16,
+It exercises every core path (global-batch sampler, DDP/FSDP2, accumulation, clipping, bf16/fp16,
 checkpoints, resume, preemption, exact metric reduction, MFU) in a few seconds on a CPU, which is
 why the core's tests and ``distlab bench`` use it.
 """
@@ -24,7 +24,7 @@ from distlab.optim_state import adamw
 from distlab.profiling import phase
 from distlab.recipe import Recipe
 from distlab.sampler import GlobalBatchSampler, check_divisible, eval_shard
-from distlab.wrap import clip_grad, unwrap
+from distlab.wrap import unwrap
 
 
 @dataclass
@@ -172,7 +172,7 @@ def train(cfg: ToyConfig, session) -> dict:
                 with phase("forward"):
                     loss, correct, count = _loss_sums(model, batch)
                 with phase("backward"):
-                    (loss * rt.world_size / global_tokens).backward()
+                    session.amp.backward(loss * rt.world_size / global_tokens)
             sums["loss"] += float(loss.detach())
             sums["correct"] += float(correct)
             sums["tokens"] += count
@@ -180,14 +180,13 @@ def train(cfg: ToyConfig, session) -> dict:
             session.metrics.log(step + 1, {"sample_ids": _gathered_ids(rt, fed), "micro_steps": cfg.dist.grad_accum},
                                 split="samples")
         with phase("optimizer"):
-            gnorm = clip_grad(model, cfg.clip_grad)
-            opt.step()
+            gnorm = session.amp.step(opt, model, cfg.clip_grad)  # None: fp16 skipped the step (inf/NaN gradients)
             opt.zero_grad(set_to_none=True)
         step += 1
         session.profile_step()
         tot = rt.reduce_sums(sums)
         last = {"loss": tot["loss"] / tot["tokens"], "token_accuracy": tot["correct"] / tot["tokens"],
-                "grad_norm": gnorm, "lr": lr}
+                "grad_norm": float("nan") if gnorm is None else float(gnorm), "lr": lr}
         meter.add(len(idx) * rt.world_size, global_tokens, flops * cfg.global_batch_size)
         if step % cfg.log.every == 0 or step == steps:
             session.metrics.log(step, {**last, **meter.report(), "epoch": sampler.epoch})

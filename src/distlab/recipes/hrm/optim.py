@@ -124,5 +124,7 @@ class SparseSignSGD(torch.optim.Optimizer):
         weights[unique] = rows
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Gradients live on per-batch copies that :meth:`step` consumes; nothing to clear here."""
+        """Gradients live on per-batch copies that :meth:`step` consumes; copies a step did not consume (one that
+        fp16 loss scaling skipped for inf/NaN gradients) are dropped here, not applied with the next step's."""
+        self.puzzle_emb.drop_local_grads()
 

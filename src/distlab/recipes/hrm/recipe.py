@@ -42,6 +42,10 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
         raise DistlabError(f"dist.compile_mode={mode} replays CUDA graphs, whose outputs the next replay overwrites, "
                            "but the ACT carry each step returns is read by the next step; use "
                            "dist.compile_mode=max_autotune_no_cudagraphs or leave the default")
+    precision = getattr(cfg.dist.precision, "value", cfg.dist.precision)
+    if precision == "fp16" and cfg.arch.forward_dtype == "bfloat16":
+        raise DistlabError("dist.precision=fp16 with arch.forward_dtype=bfloat16 would run layers in bf16 and fp16 "
+                           "at once; add arch.forward_dtype=float16 (or float32: autocast then picks fp16 per op)")
     _validate_eval(cfg)
     state = getattr(cfg.optim.state_dtype, "value", cfg.optim.state_dtype)
     if state != "fp32" and cfg.optimizer != "adamw":

@@ -32,7 +32,7 @@ from distlab.recipes.hrm.models.ema import EMA
 from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers
 from distlab.profiling import phase
 from distlab.sampler import GlobalBatchSampler
-from distlab.wrap import clip_grad_norm, unwrap
+from distlab.wrap import unwrap
 
 log = logging.getLogger("distlab")
 
@@ -136,16 +136,16 @@ def train(cfg: HRMConfig, session) -> dict:
                 # HRM's loss is a sum over examples: / global batch makes it the global mean once the
                 # micro-batches are summed, x world size undoes DDP's averaging over ranks
                 with phase("backward"):
-                    ((loss / cfg.global_batch_size) * rt.world_size).backward()
+                    session.amp.backward((loss / cfg.global_batch_size) * rt.world_size)
             for k, v in part.items():  # sums (count, correct tokens, losses) add over micro-batches
                 window[k] = window.get(k, 0) + (v.detach() if hasattr(v, "detach") else v)
         with phase("optimizer"):
-            gnorm = clip_grad_norm(model, cfg.clip_grad) if cfg.clip_grad > 0 else None
             # HRM's pretrain.py: warm-up from 0 at step 0, then cosine to lr_min_ratio over the (possibly lowered) steps
             lrs = set_lr(opts, step, cfg.lr_warmup_steps, steps, "cosine", cfg.lr_min_ratio, warmup_from_zero=True)
+            # the grad norm is measured only when clipping; None also when fp16 skipped the step (inf/NaN gradients)
+            gnorm = session.amp.step(opts, model, cfg.clip_grad if cfg.clip_grad > 0 else None)
             for opt in opts:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad(set_to_none=True)  # the sparse optimizer drops the copies of a skipped step
         if ema is not None:
             with phase("ema"):
                 ema.update(unwrap(model))

@@ -4,8 +4,10 @@ The recipe supplies the loss of one micro-batch; this module owns the rest of th
 the policy that sampled the rollouts and of the frozen reference (once, before any update, under the
 same autocast as the trained pass so that the first ratio is exactly 1 in value), then
 ``iterations`` optimizer steps, each accumulating every micro-batch's gradient with DDP's all-reduce
-only on the last, then clipping and stepping. Losses are normalised by global counts the recipe
-agreed beforehand, so nothing here divides by the number of micro-batches or ranks.
+only on the last, then clipping and stepping (through the session's :class:`distlab.amp.MixedPrecision`:
+with ``dist.precision=fp16`` the loss is scaled and a step with inf/NaN gradients skipped). Losses are
+normalised by global counts the recipe agreed beforehand, so nothing here divides by the number of
+micro-batches or ranks.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import torch
 from torch import nn
 
 from distlab.recipes.lm.logprobs import logprobs
-from distlab.wrap import clip_grad, no_sync
+from distlab.amp import MixedPrecision
+from distlab.wrap import no_sync
 
 MicroLoss = Callable[[int], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
@@ -41,14 +44,15 @@ def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_b
     """
     sums: dict[str, float] = {}
     gnorm = 0.0
+    amp = MixedPrecision.of(session)
     for _ in range(iterations):
         for m in range(micro_batches):
             with no_sync(model, m < micro_batches - 1), session.autocast():
                 loss, stats = micro_loss(m)
-            loss.backward()
+            amp.backward(loss)
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
-        gnorm = clip_grad(model, max_grad_norm)
-        opt.step()
+        norm = amp.step(opt, model, max_grad_norm)
+        gnorm = float("nan") if norm is None else float(norm)  # NaN: fp16 skipped the step (inf/NaN gradients)
         opt.zero_grad(set_to_none=True)
     return sums, gnorm

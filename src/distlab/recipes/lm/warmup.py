@@ -20,7 +20,7 @@ from torch import nn
 from distlab.recipes.lm.batching import sequences
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.recipes.lm.tasks import Task, text_completion, text_prompt
-from distlab.wrap import clip_grad
+from distlab.amp import MixedPrecision
 
 log = logging.getLogger("distlab")
 
@@ -49,6 +49,7 @@ def supervised_warmup(session, policy: nn.Module, tok, tasks: list[Task], *, ste
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     g = torch.Generator().manual_seed(seed + 17)
     loss_value = float("nan")
+    amp = MixedPrecision.of(session)
     for step in range(steps):
         order = torch.randint(len(tasks), (per_rank * rt.world_size, pack), generator=g)
         rows = [_packed_row(tok, tasks, picks.tolist()) for picks in order[rt.rank::rt.world_size]]
@@ -58,9 +59,8 @@ def supervised_warmup(session, policy: nn.Module, tok, tasks: list[Task], *, ste
             target[k, :len(t)] = torch.tensor(t, dtype=torch.bool)
         logp, _ = logprobs(policy, ids, attn, target, chunk_tokens=chunk_tokens)
         loss = -(logp.sum() / target[:, 1:].sum().clamp(min=1).to(logp.device))
-        loss.backward()  # DDP averages the ranks' per-token means: equal shares of an equal batch
-        clip_grad(policy, 1.0)
-        opt.step()
+        amp.backward(loss)  # DDP averages the ranks' per-token means: equal shares of an equal batch
+        amp.step(opt, policy, 1.0)  # clipped to 1; with fp16 skipped on inf/NaN gradients
         opt.zero_grad(set_to_none=True)
         loss_value = float(loss.detach())
         if (step + 1) % max(1, steps // 5) == 0 and rt.is_main:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from distlab.amp import MixedPrecision
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
 from distlab.recipes.ppo.buffer import (Minibatch, Rollout, compute_gae, env_minibatches, flat_minibatch,
@@ -80,7 +81,7 @@ class PPOConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     # hardware
     device: str = "cpu"
-    bf16: bool = False
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 with dynamic loss scaling, distlab.amp)
     tf32: bool = True
     cudnn_benchmark: bool = False
     torch_threads: int | None = None
@@ -285,9 +286,12 @@ def minibatches(cfg: PPOConfig, policy: ActorCritic, ro: Rollout, adv: torch.Ten
 
 
 def ppo_update(cfg: PPOConfig, run: PPORun, ro: Rollout, adv: torch.Tensor, ret: torch.Tensor,
-               autocast: Any, rt: Runtime) -> dict[str, float]:
-    """Several epochs of minibatch steps; stops early once the rank-averaged KL passes target_kl."""
+               autocast: Any, rt: Runtime, amp: MixedPrecision | None = None) -> dict[str, float]:
+    """Several epochs of minibatch steps; stops early once the rank-averaged KL passes target_kl.
+
+    ``amp`` scales the loss and skips steps with inf/NaN gradients under fp16 (None: plain steps)."""
     policy, optimizer = run.policy, run.optimizer
+    amp = amp if amp is not None else MixedPrecision(cfg.precision, rt.device)
     stats: dict[str, list[float]] = {}
     for _ in range(cfg.update_epochs):
         for mb in minibatches(cfg, policy, ro, adv, ret, run.generator):
@@ -296,10 +300,9 @@ def ppo_update(cfg: PPOConfig, run: PPORun, ro: Rollout, adv: torch.Tensor, ret:
                     mb.obs, mb.initial_state, mb.dones, mb.actions)
             loss, parts = ppo_loss(cfg, mb, newlogprob, entropy, newvalue)
             optimizer.zero_grad(set_to_none=False)
-            loss.backward()
+            amp.backward(loss)
             approx_kl = allreduce_gradients(rt, policy, parts["approx_kl"].reshape(1)).item()
-            nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-            optimizer.step()
+            amp.step(optimizer, policy, cfg.max_grad_norm)  # all-reduced first: every rank skips alike
             parts["approx_kl"] = torch.tensor(approx_kl)
             for k, v in parts.items():
                 stats.setdefault(k, []).append(float(v))
@@ -314,11 +317,13 @@ def ppo_update(cfg: PPOConfig, run: PPORun, ro: Rollout, adv: torch.Tensor, ret:
 
 # -- train -----------------------------------------------------------------------------------
 
-def train(cfg: PPOConfig, hooks: PPOHooks | None = None, rt: Runtime | None = None) -> dict[str, Any]:
+def train(cfg: PPOConfig, hooks: PPOHooks | None = None, rt: Runtime | None = None,
+          amp: MixedPrecision | None = None) -> dict[str, Any]:
     """Run PPO; returns a summary (last-100-episode mean return, steps, env-steps/s, ...).
 
     ``rt`` is the core runtime (the ``ppo`` recipe passes its session's); without one, PPO runs on
-    whatever process group the caller initialised, or alone.
+    whatever process group the caller initialised, or alone. ``amp`` is the loss scaling of
+    ``cfg.precision`` (the recipe passes its session's, which checkpoints it); None makes one here.
     """
     hooks = hooks or PPOHooks()
     device = check_device(cfg)
@@ -337,7 +342,8 @@ def train(cfg: PPOConfig, hooks: PPOHooks | None = None, rt: Runtime | None = No
         generator = torch.Generator().manual_seed(seed)
         run = PPORun(cfg, policy, optimizer, generator)
         hooks.bind(run)
-        summary = _train_loop(cfg, run, envs, hooks, rt, device, env_seed)
+        amp = amp if amp is not None else MixedPrecision(cfg.precision, device)
+        summary = _train_loop(cfg, run, envs, hooks, rt, device, env_seed, amp)
     finally:
         envs.close()
     hooks.on_end(summary)
@@ -345,9 +351,9 @@ def train(cfg: PPOConfig, hooks: PPOHooks | None = None, rt: Runtime | None = No
 
 
 def _train_loop(cfg: PPOConfig, run: PPORun, envs: gym.vector.VectorEnv, hooks: PPOHooks, rt: Runtime,
-                device: torch.device, env_seed: int) -> dict[str, Any]:
+                device: torch.device, env_seed: int, scaling: MixedPrecision) -> dict[str, Any]:
     policy = run.policy
-    amp = functools.partial(autocast, rt, "bf16" if cfg.bf16 else "fp32")
+    amp = functools.partial(autocast, rt, cfg.precision)
     steps_per_update = cfg.num_envs * cfg.num_steps * rt.world_size
     num_updates = cfg.total_timesteps // steps_per_update
     start_update = run.update
@@ -378,7 +384,7 @@ def _train_loop(cfg: PPOConfig, run: PPORun, envs: gym.vector.VectorEnv, hooks: 
             next_value = policy.get_value(cur.obs, cur.state, cur.done)
         adv, ret = compute_gae(ro.rewards, ro.values, ro.dones, next_value, cur.done, cfg.gamma, cfg.gae_lambda)
         policy.train()
-        metrics = ppo_update(cfg, run, ro, adv, ret, amp, rt)
+        metrics = ppo_update(cfg, run, ro, adv, ret, amp, rt, scaling)
         run.update = update
         mean100 = float(np.mean(recent)) if recent else float("nan")
         if solved_at is None and cfg.stop_return is not None and len(recent) == 100 and mean100 >= cfg.stop_return:

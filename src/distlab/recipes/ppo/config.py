@@ -14,7 +14,7 @@ from distlab.recipes.ppo.algo import PPOConfig
 
 # Settings the core already owns (seed, device, precision) are taken from run.* and dist.*; every other
 # PPO hyperparameter is a top-level key, named as in CleanRL, with the algorithm's own defaults.
-_FROM_CORE = {"env_id", "seed", "device", "bf16", "tf32", "torch_threads", "cudnn_benchmark"}
+_FROM_CORE = {"env_id", "seed", "device", "precision", "tf32", "torch_threads", "cudnn_benchmark"}
 
 
 def _recipe_fields() -> list:
@@ -38,5 +38,5 @@ def to_algo_config(cfg: PPORecipeConfig, device: str) -> PPOConfig:
     names = {f.name for f in dataclasses.fields(PPOConfig)}
     values = {k: getattr(cfg, k) for k in names if hasattr(cfg, k)}
     values.update(env_id=cfg.env, seed=cfg.run.seed, device=device, tf32=cfg.dist.tf32,
-                  bf16=cfg.dist.precision == "bf16", env_kwargs=dict(cfg.env_kwargs))
+                  precision=getattr(cfg.dist.precision, "value", cfg.dist.precision), env_kwargs=dict(cfg.env_kwargs))
     return PPOConfig(**values)

@@ -25,7 +25,7 @@ log = logging.getLogger("distlab")
 def train(cfg: PPORecipeConfig, session) -> dict:
     algo_cfg = to_algo_config(cfg, str(session.rt.device))
     hooks = _CoreHooks(cfg, session, algo_cfg)
-    summary = ppo_train(algo_cfg, hooks, rt=session.rt)
+    summary = ppo_train(algo_cfg, hooks, rt=session.rt, amp=session.amp)
     hooks.close(summary)
     return {"status": hooks.status, **summary}
 

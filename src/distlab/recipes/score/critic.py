@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from distlab.amp import MixedPrecision
 from distlab.placement import compute_device, soft_update_
 from distlab.recipes.lm.logprobs import position_ids_from_mask
 from distlab.wrap import unwrap
@@ -93,18 +94,21 @@ def critic_losses(q: nn.Module, v: nn.Module, target: nn.ModuleDict, t: Transiti
 
 def critic_step(q: nn.Module, v: nn.Module, target: nn.ModuleDict, opt_q: torch.optim.Optimizer,
                 opt_v: torch.optim.Optimizer, t: Transitions, *, gamma: float, tau: float, global_rows: int,
-                world_size: int = 1) -> tuple[float, float]:
+                world_size: int = 1, amp: MixedPrecision | None = None) -> tuple[float, float]:
     """One gradient step of Q and V on the mean squared TD error over the step's rows, then the soft update.
 
     ``global_rows`` is the number of squared errors summed over all ranks (2 transitions x 2 heads x
     episodes); times ``world_size`` because DDP averages gradients. Returns the local loss sums.
+    ``amp`` is the session's loss scaling (``dist.precision=fp16``: both steps or, on inf/NaN, neither; the
+    soft update follows either way); None steps plainly.
     """
+    amp = amp if amp is not None else MixedPrecision("fp32", "cpu")
     q_loss, v_loss = critic_losses(q, v, target, t, gamma)
     scale = world_size / max(global_rows, 1)
-    (q_loss * scale).backward()
-    (v_loss * scale).backward()
+    amp.backward(q_loss * scale)
+    amp.backward(v_loss * scale)
+    amp.step((opt_q, opt_v))
     for opt in (opt_q, opt_v):
-        opt.step()
         opt.zero_grad(set_to_none=True)
     soft_update_target(target, q, v, tau)
     return float(q_loss.detach()), float(v_loss.detach())

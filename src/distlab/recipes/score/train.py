@@ -152,7 +152,7 @@ def _advantages(cfg: ScoreConfig, session, m: Models, opts, episodes, ids, attn,
         for _ in range(cfg.critic_updates):
             q_sum, v_sum = critic_step(m.critic, m.value, m.target_critic, opts["critic"], opts["value"], trans,
                                        gamma=cfg.gamma, tau=cfg.tau, global_rows=global_rows,
-                                       world_size=session.rt.world_size)
+                                       world_size=session.rt.world_size, amp=session.amp)
         extra.update(critic_q_loss_sum=q_sum, critic_v_loss_sum=v_sum, zero_var_groups=0.0)
         return critic_advantages(m.critic, m.value, trans)
     ret1, ret2 = turn_returns(rew1, rew2, cfg.gamma)

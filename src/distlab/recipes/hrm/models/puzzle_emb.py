@@ -34,6 +34,10 @@ class SparsePuzzleEmbedding(nn.Module):
         self._pending.append((ids.detach(), local))
         return local.to(self.cast_to)
 
+    def drop_local_grads(self) -> None:
+        """Forget the copies made since the last :meth:`pop_local_grads` (a step that was skipped)."""
+        self._pending = []
+
     def pop_local_grads(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Ids and gradients of every copy made since the last call (rows without grad dropped).
 
