@@ -410,7 +410,6 @@ def _kill(pid: int, sig: int) -> None:
 def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: Path, timeout_s: float) -> int:
     """Run the ranks under torchrun's agent, with signals forwarded and failures explained."""
     import shutil
-    import tempfile
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -422,11 +421,9 @@ def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: 
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
     # each failing rank also leaves its exit line here, off the run's disk: a full run disk still gets explained
-    try:
-        exits_dir: Path | None = Path(tempfile.mkdtemp(prefix="distlab-exits-"))
+    exits_dir = _exits_dir()
+    if exits_dir is not None:
         os.environ[EXIT_DIR_ENV] = str(exits_dir)
-    except OSError:
-        exits_dir = None
     logs_at = _log_sizes(run_dir)  # rank logs are appended to across resumes: only what this job writes counts
     watch = _Watch(timeout_s, exits_dir, sees_all=opts.nodes == 1).start()
     # torchrun would turn SIGTERM/SIGINT into an exception that kills the ranks without a checkpoint;
@@ -478,6 +475,29 @@ def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: 
         if exits_dir is not None:
             shutil.rmtree(exits_dir, ignore_errors=True)
     return _preempted(run_dir, forward.first) or (_stopped_at_once(forward.hard) if forward.hard else 0)
+
+
+def _exits_dir(tmp: str | None = None) -> Path | None:
+    """A fresh temporary folder for the ranks' exit lines (None if there is no writable temp dir).
+
+    Its name carries this launcher's pid; folders left by launchers that were SIGKILLed (so never
+    cleaned up) are removed here, by the next launcher of the same user.
+    """
+    import shutil
+    import tempfile
+
+    base = Path(tmp or tempfile.gettempdir())
+    for old in base.glob("distlab-exits-*-*"):
+        try:
+            pid = int(old.name.split("-")[2])
+            if old.stat().st_uid == os.getuid() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(old, ignore_errors=True)
+        except (ValueError, IndexError, OSError):
+            continue
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"distlab-exits-{os.getpid()}-", dir=base))
+    except OSError:
+        return None
 
 
 def _log_sizes(run_dir: Path) -> dict[str, int]:

@@ -135,3 +135,16 @@ def test_log_file_on_a_full_device_says_so_once(monkeypatch, capfd):
     assert "Logging error" not in err and "Traceback" not in err, err
     assert err.count("cannot write /dev/full") == 1 and "No space left on device" in err, err
     assert all(h.broken is not None for h in handlers)
+
+
+def test_exit_folders_of_killed_launchers_are_swept(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"distlab-exits-{dead.pid}-abc"
+    stale.mkdir()
+    (stale / "rank0-pid1").write_text("crash: x\n")
+    live = tmp_path / f"distlab-exits-{os.getppid()}-def"  # a launcher that is still running
+    live.mkdir()
+    mine = launch._exits_dir(str(tmp_path))
+    assert mine is not None and mine.name.startswith(f"distlab-exits-{os.getpid()}-") and mine.is_dir()
+    assert not stale.exists() and live.exists()
