@@ -5,7 +5,8 @@ checkpoint's weights are read into it, and then either the LoRA adapter is merge
 default: a plain ``AutoModelForCausalLM`` directory) or kept (``--adapter``: a PEFT adapter directory, loaded
 with ``AutoPeftModelForCausalLM`` or ``PeftModel.from_pretrained``). The tokenizer is saved beside it, so the
 directory generates on its own. An adapter names its base model's directory: the source's HF directory, or the
-converted copy of a GGUF file; a ``tiny:`` model has none, so its base weights are written into ``base/``.
+converted copy of a GGUF file; a ``tiny:`` or ``random:`` model has none, so its base weights are written into
+``base/``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def _save(net, tok, cfg: Any, out: Path, adapter: bool, lora_r: int) -> None:
 
     if adapter:
         resolved = resolve_source(cfg.model.source)
-        if resolved.kind == "tiny":
+        if resolved.kind in ("tiny", "random"):  # built in memory: no base directory to point at
             base_dir = out / "base"
         elif resolved.kind == "gguf":
             from distlab.recipes.lm.gguf_cache import converted_dir
@@ -67,7 +68,7 @@ def _save(net, tok, cfg: Any, out: Path, adapter: bool, lora_r: int) -> None:
             base_dir = resolved.path
         net.peft_config["default"].base_model_name_or_path = str(Path(base_dir).resolve())
         net.save_pretrained(out)
-        if resolved.kind == "tiny":
+        if resolved.kind in ("tiny", "random"):
             base = net.unload()  # the base weights, adapters taken out unmerged
             base.save_pretrained(base_dir)
             tok.save_pretrained(base_dir)

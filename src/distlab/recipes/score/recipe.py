@@ -21,6 +21,7 @@ from pathlib import Path
 
 from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
+from distlab.recipes.lm.export import FORMATS as EXPORT_FORMATS
 from distlab.recipes.lm.settings import LM_POSITIVE_KEYS
 from distlab.recipes.score.config import (MODEL_NAMES, ScoreConfig, beta2_of, effective_models, guidance_config,
                                           used_models)
@@ -139,8 +140,16 @@ def model_spec(cfg: ScoreConfig) -> list[ModelSpec]:
     return specs
 
 
+def export(cfg: ScoreConfig, ckpt: Path, out: Path, fmt: str, adapter: bool) -> None:
+    """The trained self-correcting policy (the model a user deploys; the guidance model only trains it)."""
+    from distlab.recipes.lm.export import export_hf
+
+    export_hf(cfg, ckpt, out, fmt, adapter)
+
+
 RECIPE = Recipe(name="score", config=ScoreConfig, train=train, presets_dir=PRESETS, batch_keys=("prompts_per_step",),
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
+                export=export, export_formats=EXPORT_FORMATS,
                 report_metrics=("acc_t1", "acc_t2", "delta_t1_t2"),
                 positive_keys=LM_POSITIVE_KEYS | {"critic_lr", "guidance_lr", "critic_updates", "critic_hidden",
                                                   "guidance_every", "hint_max_tokens", "sft_pack", "sft_batch_size"},
