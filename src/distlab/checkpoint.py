@@ -262,9 +262,24 @@ def _os_errors(exc: BaseException) -> list[OSError]:
 def _save_failed(exc: BaseException, tmp: Path) -> BaseException:
     """Remove the failed save's temporary directory (so it never eats the space the next attempt needs)
     and turn a full disk, however deep DCP buried it, into the one-line error; other errors pass through."""
+    nearly_full = _free_bytes(tmp.parent) < NEARLY_FULL  # read before the removal frees the failed save's space
     shutil.rmtree(tmp, ignore_errors=True)
     full = next((e for e in _os_errors(exc) if _no_space(e, tmp)), None)
-    return _no_space(full, tmp) if full is not None else exc
+    if full is not None:
+        return _no_space(full, tmp)
+    if nearly_full:  # torch.save's zip writer reports a short write as "unexpected pos N vs M", without errno
+        return _no_space(OSError(errno.ENOSPC, "no space"), tmp)
+    return exc
+
+
+NEARLY_FULL = 1 << 20  # bytes free below which a failed write is taken for a full disk
+
+
+def _free_bytes(path: Path) -> int:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return NEARLY_FULL  # unknown: do not guess a full disk
 
 
 class CheckpointManager:

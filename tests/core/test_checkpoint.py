@@ -197,3 +197,28 @@ def test_export_verifies_hashes_falls_back_and_names_the_corrupt_checkpoint(tmp_
         assert main(argv) == 2
         err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
         assert len(err) == 1 and re.search(message, err[0]), err
+
+
+@pytest.mark.parametrize("free, full", [(1000, True), (1 << 30, False)])
+def test_a_short_write_on_a_nearly_full_disk_is_named_as_a_full_disk(tmp_path, monkeypatch, free, full):
+    """torch.save's zip writer reports a short write as 'unexpected pos N vs M', with no errno: when the disk has
+    almost nothing left that is a full disk, said in one line; elsewhere the error passes through unchanged."""
+    import shutil
+    from collections import namedtuple
+
+    import distlab.checkpoint as ck
+
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    mgr = CheckpointManager(tmp_path / "ck", Runtime())
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 30, (1 << 30) - free, free))
+
+    def short_write(*a, **k):
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(ck.torch, "save", short_write)
+    with pytest.raises(DistlabError if full else RuntimeError) as info:
+        mgr.save(1, _state(model, opt))
+    assert ("no space left on device" in str(info.value)) == full
+    assert not list((tmp_path / "ck").glob(".tmp-step*"))  # the failed save's directory is gone either way
