@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from mem_options import _commit, _device  # the same header as the other memory tables (this folder is on sys.path)
+
 GRPO = ["train", "grpo", "model.source=random:qwen2.5-1.5b", "model.prompt_mode=text", "prompts_per_step=8",
         "num_generations=8", "micro_batch_size=8", "sampling.max_completion_length=256", "task.train_size=64",
         "task.eval_size=8", "evaluation.before=false", "dist.precision=bf16", "models.reference.dtype=bf16",
@@ -170,23 +172,6 @@ def main() -> int:
     (out / "lm_shapes.md").write_text(text)
     (out / "lm_shapes.json").write_text(json.dumps(raw, indent=1, default=str))
     return 0
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def _device() -> str:
-    try:
-        import torch
-
-        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    except Exception:
-        return "unknown"
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ process starts; an error names the line. A ``datasets`` directory with the same 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,21 +66,32 @@ def load_jsonl(path: str | Path) -> list[Task]:
     p = Path(path)
     if not p.is_file():
         raise DistlabError(f"task file {p} not found (task.train/task.eval name a .jsonl file of prompt and tests)")
-    tasks, ids = [], set()
+    return unique_tasks(((task_from_row(row, where, f"{p.stem}/{n}"), where) for row, where, n in json_rows(p)),
+                        f"task file {p}", "tasks")
+
+
+def json_rows(p: Path) -> Iterator[tuple[Any, str, int]]:
+    """``(row, "file:line", line)`` for each non-blank line; a line that is not JSON is a one-line error."""
     with p.open(encoding="utf-8") as fh:
         for n, text in enumerate(fh, start=1):
             if not text.strip():
                 continue
             where = f"{p}:{n}"
             try:
-                row = json.loads(text)
+                yield json.loads(text), where, n
             except json.JSONDecodeError as exc:
                 raise DistlabError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
-            task = task_from_row(row, where, f"{p.stem}/{n}")
-            if task.task_id in ids:
-                raise DistlabError(f"{where}: task_id {task.task_id!r} appears twice; ids must be unique")
-            ids.add(task.task_id)
-            tasks.append(task)
+
+
+def unique_tasks(made: Iterable[tuple[Task, str]], what: str, unit: str) -> list[Task]:
+    """The tasks of ``(task, where)`` pairs in order: ids must be unique (the first repeat is named where it
+    stands) and there must be at least one."""
+    tasks, ids = [], set()
+    for task, where in made:
+        if task.task_id in ids:
+            raise DistlabError(f"{where}: task_id {task.task_id!r} appears twice; ids must be unique")
+        ids.add(task.task_id)
+        tasks.append(task)
     if not tasks:
-        raise DistlabError(f"task file {p} holds no tasks")
+        raise DistlabError(f"{what} holds no {unit}")
     return tasks

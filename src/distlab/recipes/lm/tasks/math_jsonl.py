@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from distlab.errors import DistlabError
+from distlab.recipes.lm.tasks.jsonl import json_rows, unique_tasks
 from distlab.recipes.lm.tasks.math_answer import last_boxed, normalize
 from distlab.recipes.lm.tasks.task import Task
 
@@ -87,21 +88,5 @@ def load_math_jsonl(path: str | Path, layout: str | None = None) -> list[Task]:
     layout = layout or jsonl_layout(p)
     if layout not in LAYOUTS:
         raise DistlabError(f"{p}: not a math file (rows need question/answer or problem/solution)")
-    tasks, ids = [], set()
-    with p.open(encoding="utf-8") as fh:
-        for n, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            where = f"{p}:{n}"
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise DistlabError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
-            task = math_task_from_row(row, where, f"{p.stem}/{n}", layout)
-            if task.task_id in ids:
-                raise DistlabError(f"{where}: task_id {task.task_id!r} appears twice; ids must be unique")
-            ids.add(task.task_id)
-            tasks.append(task)
-    if not tasks:
-        raise DistlabError(f"task file {p} holds no tasks")
-    return tasks
+    return unique_tasks(((math_task_from_row(row, where, f"{p.stem}/{n}", layout), where)
+                         for row, where, n in json_rows(p)), f"task file {p}", "tasks")

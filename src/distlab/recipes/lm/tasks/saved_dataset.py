@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.tasks.jsonl import task_from_row
+from distlab.recipes.lm.tasks.jsonl import task_from_row, unique_tasks
 from distlab.recipes.lm.tasks.task import Task
 
 REQUIRED = ("prompt", "tests")
@@ -82,14 +82,6 @@ def load_saved_dataset(path: str | Path, split: str = "train") -> list[Task]:
                            f"{', '.join(repr(c) for c in missing)} (has {', '.join(table.column_names)}); each row "
                            f"needs 'prompt' and 'tests'")
     stem = root.name if d == root else f"{root.name}/{split}"
-    tasks, ids = [], set()
-    for i, row in enumerate(table.to_pylist()):
-        where = f"{d} row {i}"
-        task = task_from_row(row, where, f"{stem}/{i}", source="dataset")
-        if task.task_id in ids:
-            raise DistlabError(f"{where}: task_id {task.task_id!r} appears twice; ids must be unique")
-        ids.add(task.task_id)
-        tasks.append(task)
-    if not tasks:
-        raise DistlabError(f"task data {d} holds no rows")
-    return tasks
+    rows = ((row, f"{d} row {i}", i) for i, row in enumerate(table.to_pylist()))
+    return unique_tasks(((task_from_row(row, where, f"{stem}/{i}", source="dataset"), where) for row, where, i in rows),
+                        f"task data {d}", "rows")
