@@ -203,6 +203,22 @@ def _end_drill(proc: subprocess.Popen, pids: list[int]) -> None:
             pass
 
 
+def _fault_drill(work: Path, name: str, fault, *, new_session: bool = False
+                 ) -> tuple[subprocess.Popen, str, float]:
+    """Start a drill, apply ``fault(proc, pids)``, wait for the launcher: ``(proc, stderr, seconds to end)``;
+    whatever happens, nothing of the drill keeps running."""
+    proc, pids = _drill(work, name, new_session=new_session)
+    try:
+        fault(proc, pids)
+        t0 = time.monotonic()
+        _, err = _finish(proc, 120)
+        took = time.monotonic() - t0
+        print(f"drill {name}: ended {took:.1f} s after the fault, exit status {proc.returncode}")
+    finally:
+        _end_drill(proc, pids)
+    return proc, err, took
+
+
 def _last_error(err: str) -> str:
     lines = [ln for ln in err.splitlines() if ln.startswith("distlab: error:")]
     assert lines, f"no 'distlab: error:' line in:\n{err}"
@@ -220,15 +236,7 @@ def test_stopped_rank_ends_the_job_and_is_named(work, victim, attempt):
     from distlab.launch import WATCH_GRACE_S
 
     name = f"stop{victim}-{attempt}"
-    proc, pids = _drill(work, name)
-    try:
-        os.kill(pids[victim], signal.SIGSTOP)
-        t0 = time.monotonic()
-        _, err = _finish(proc, 120)
-        took = time.monotonic() - t0
-        print(f"drill {name}: ended {took:.1f} s after the fault, exit status {proc.returncode}")
-    finally:
-        _end_drill(proc, pids)
+    proc, err, took = _fault_drill(work, name, lambda proc, pids: os.kill(pids[victim], signal.SIGSTOP))
     assert proc.returncode == 2, err
     line = _last_error(err)
     assert f"rank {victim} did not arrive: it was stopped" in line and f"rank{victim}.log" in line, line
@@ -241,15 +249,7 @@ def test_stopped_rank_ends_the_job_and_is_named(work, victim, attempt):
 def test_killed_rank_is_blamed_not_the_peer_it_took_down(work, attempt):
     """kill -9 of rank 1: the launcher names rank 1 and the signal, never rank 0 (which died of it)."""
     name = f"kill9-{attempt}"
-    proc, pids = _drill(work, name)
-    try:
-        os.kill(pids[1], signal.SIGKILL)
-        t0 = time.monotonic()
-        _, err = _finish(proc, 120)
-        took = time.monotonic() - t0
-        print(f"drill {name}: ended {took:.1f} s after the fault, exit status {proc.returncode}")
-    finally:
-        _end_drill(proc, pids)
+    proc, err, took = _fault_drill(work, name, lambda proc, pids: os.kill(pids[1], signal.SIGKILL))
     assert proc.returncode == 2, err
     line = _last_error(err)
     assert line.startswith("distlab: error: rank 1 was killed by SIGKILL"), line
@@ -267,24 +267,16 @@ def test_double_ctrl_c_exits_130_leaving_nothing(work, attempt):
     delay = (0.0, 0.1, 0.3, 0.6, 1.0)[attempt]
     to_group = attempt % 2 == 0
     name = f"int2-{attempt}"
-    proc, pids = _drill(work, name, new_session=to_group)
 
-    def ctrl_c() -> None:
-        if to_group:
-            os.killpg(proc.pid, signal.SIGINT)
-        else:
-            proc.send_signal(signal.SIGINT)
+    def twice(proc, pids) -> None:
+        for wait in (delay, 0.0):
+            if to_group:
+                os.killpg(proc.pid, signal.SIGINT)
+            else:
+                proc.send_signal(signal.SIGINT)
+            time.sleep(wait)
 
-    try:
-        ctrl_c()
-        time.sleep(delay)
-        ctrl_c()
-        t0 = time.monotonic()
-        _, err = _finish(proc, 120)
-        took = time.monotonic() - t0
-        print(f"drill {name}: ended {took:.1f} s after the fault, exit status {proc.returncode}")
-    finally:
-        _end_drill(proc, pids)
+    proc, err, took = _fault_drill(work, name, twice, new_session=to_group)
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "Traceback" not in err and "SignalException" not in err and "KeyboardInterrupt" not in err
     last = err.strip().splitlines()[-1]
