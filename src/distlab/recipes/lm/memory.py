@@ -55,6 +55,8 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
     s = shape(cfg.model.source)
     seq = cfg.sampling.max_completion_length + 512  # completion plus a typical prompt
     specs = []
+    recompute = cfg.model.gradient_checkpointing or str(getattr(cfg.dist.activation_checkpointing, "value",
+                                                                cfg.dist.activation_checkpointing)) != "none"
     for name in names:
         settings = cfg.models[name]
         width = BYTES[settings.dtype]
@@ -63,14 +65,17 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
         if settings.trainable:
             trainable = cfg.model.lora_r * s["lora_unit"] if cfg.model.lora_r > 0 else s["params"]
             kv = 2 * s["layers"] * s["kv_width"] * seq * width
-            per_layer = s["hidden"] * seq * (2 if cfg.model.gradient_checkpointing else 34)
+            # a recomputed layer keeps only its input in backward; otherwise ~34 values per hidden unit and token
+            per_layer = s["hidden"] * seq * (2 if recompute else 34)
             train_act = per_layer * s["layers"] * width // 2 * cfg.micro_batch_size
             logits = min(cfg.logprob_chunk, seq) * s["vocab"] * 4 * 3
             # per rollout: its KV cache during sampling, plus its share of one micro-batch and one logits chunk
             act = kv + (train_act + logits) // rollouts
         batch = rollouts if settings.trainable else 1
+        # weights that train stay fp32 whatever models.<name>.dtype says (placement.keep_trained_weights_fp32)
+        held = 4 if settings.trainable and cfg.model.lora_r <= 0 else width
         specs.append(ModelSpec(name, s["params"], trainable_params=trainable, activation_bytes_per_example=act,
-                               batch_per_device=batch, param_dtype_bytes=width,
+                               batch_per_device=batch, param_dtype_bytes=held,
                                optimizer="adamw" if trainable else "none",
                                placement=cfg.models[name].placement,
                                wrap=str(getattr(settings.wrap, "value", settings.wrap))))

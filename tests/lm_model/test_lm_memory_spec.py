@@ -1,0 +1,20 @@
+"""doctor's memory model of an LM recipe follows the settings that change memory: trained weights held in fp32
+whatever their dtype says, and activations recomputed under either checkpointing switch."""
+
+from distlab.config import resolve_config
+from distlab.memory_estimate import recipe_specs
+from distlab.recipe import load_recipe
+
+
+def _policy(*overrides):
+    recipe = load_recipe("grpo")
+    specs = recipe_specs(recipe, resolve_config(recipe, [], ["model.source=random:qwen2.5-0.5b", *overrides]))
+    return next(s for s in specs if s.name == "policy")
+
+
+def test_trained_weights_count_four_bytes_and_checkpointing_shrinks_activations():
+    plain = _policy()
+    assert _policy("models.policy.dtype=bf16").param_dtype_bytes == 4 == plain.param_dtype_bytes
+    assert _policy("models.policy.dtype=bf16", "model.lora_r=8").param_dtype_bytes == 2  # a frozen bf16 base
+    for switch in ("dist.activation_checkpointing=blocks", "model.gradient_checkpointing=true"):
+        assert _policy(switch).activation_bytes_per_example < plain.activation_bytes_per_example
