@@ -168,3 +168,16 @@ def test_a_healthy_run_prints_no_error_looking_lines(workdir):
     p = run_cli(["train", "grpo", *TINY, "steps=1", "sft_steps=0", "run.name=quiet"], workdir)
     text = p.stdout + p.stderr
     assert "Failed to load" not in text and "register_constant" not in text and "Traceback" not in text, text
+
+
+def test_padding_free_trains_the_same_first_step(workdir):
+    """padding_free=true packs each micro-batch: the rollouts of step 1 are the same (sampling is untouched) and
+    the update's loss and KL equal the padded run's up to float rounding."""
+    args = ["train", "grpo", *TINY, "steps=1", "beta=0.04"]  # the supervised warm-up moves it off the reference
+    run_cli([*args, "run.name=padded"], workdir)
+    run_cli([*args, "run.name=packed", "padding_free=true"], workdir)
+    padded, packed = _rows(workdir / "runs" / "padded")[0], _rows(workdir / "runs" / "packed")[0]
+    assert padded["reward_mean"] == packed["reward_mean"] and padded["global_tokens"] == packed["global_tokens"]
+    assert padded["kl"] > 0 and padded["entropy"] > 0
+    for key in ("kl", "entropy", "grad_norm"):
+        assert packed[key] == pytest.approx(padded[key], rel=1e-4, abs=1e-6), key

@@ -208,7 +208,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     batches = micro_batches(len(comps), cfg.micro_batch_size, attn)
     temp = cfg.sampling.temperature
     frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=comp, slices=batches,
-                     chunk_tokens=cfg.logprob_chunk, temperature=temp, device=device)
+                     chunk_tokens=cfg.logprob_chunk, temperature=temp, device=device, pack=cfg.padding_free)
     old = frozen(policy if cfg.num_iterations > 1 else None)
     ref = frozen(parts.reference)
     times["ref_logprobs_s"] = time.perf_counter() - t2
@@ -216,7 +216,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     def micro_loss(m: int):
         sl = batches[m]
         logp, ent = logprobs(policy, ids[sl], attn[sl], comp[sl], chunk_tokens=cfg.logprob_chunk, temperature=temp,
-                             entropy=True)
+                             entropy=True, pack=cfg.padding_free)
         return policy_loss(logp, old[m], ref[m], adv[sl[0]].to(device).float(), mask[sl], epsilon=cfg.epsilon,
                            epsilon_high=cfg.epsilon_high or cfg.epsilon, beta=cfg.beta, kl=cfg.kl,
                            loss_type=cfg.loss_type, norm=norm, max_completion_length=cfg.sampling.max_completion_length,

@@ -18,6 +18,7 @@ recomputation of a chunk then finds the root's parameters still gathered.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -99,6 +100,7 @@ def token_logprobs(
     chunk_tokens: int = 1024,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    pack: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities ``logp[b, t] = log p(input_ids[b, t] | input_ids[b, :t])``, shape [B, T], fp32.
 
@@ -116,6 +118,21 @@ def token_logprobs(
                 f"{type(base).__name__} post-processes logits ({key}); chunked log-probs would be wrong")
     head = base.get_output_embeddings()
     mask = score_mask(attention_mask, completion_mask, start)
+    if pack:
+        rows = pack_rows(attention_mask)
+        out = _scores(model, head, _to_packed(input_ids, rows, 0), _to_packed(mask, rows, False), rows.mask,
+                      rows.positions, chunk_tokens, temperature, with_entropy)
+        out = out[rows.row, rows.col].reshape(*input_ids.shape, -1) * attention_mask[..., None]
+        return out[..., 0], (out[..., 1] if with_entropy else None)
+    out = _scores(model, head, input_ids, mask, attention_mask, position_ids_from_mask(attention_mask), chunk_tokens,
+                  temperature, with_entropy)
+    return out[..., 0], (out[..., 1] if with_entropy else None)
+
+
+def _scores(model: nn.Module, head: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor,
+            attention_mask: torch.Tensor, position_ids: torch.Tensor, chunk_tokens: int, temperature: float,
+            with_entropy: bool) -> torch.Tensor:
+    """[B, T, 1 or 2]: the model's forward with the chunked head over the ``mask``ed positions."""
     sel = mask[:, 1:]  # the hidden state at t-1 predicts the token at t
     targets = input_ids[:, 1:][sel]
     n_out = 2 if with_entropy else 1
@@ -135,24 +152,75 @@ def token_logprobs(
         return torch.nn.functional.pad(out, (0, 0, 1, 0))  # position 0 has no prediction
 
     with _head_replaced(head, chunked_head):
-        out = model(
+        return model(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),
+            position_ids=position_ids,
             use_cache=False,
             logits_to_keep=0,
         ).logits
-    return out[..., 0], (out[..., 1] if with_entropy else None)
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """Where each token of a right-padded [B, T] batch sits in the packed [R, T] rows (R <= B)."""
+
+    row: torch.Tensor  # [B * T] packed row of each (b, t); padding points at a padding slot
+    col: torch.Tensor  # [B * T]
+    positions: torch.Tensor  # [R, T] position within its own sequence
+    mask: torch.Tensor  # [R, 1, T, T] bool: causal and within one sequence (a padding slot sees itself)
+    real: torch.Tensor  # [B * T] bool: a real token, not padding
+
+
+def pack_rows(attention_mask: torch.Tensor) -> PackedRows:
+    """First-fit-decreasing packing of right-padded sequences into rows of the batch's width: the forward then
+    spends nothing on padding but the rows' tails, and a block-diagonal causal mask keeps sequences apart."""
+    lengths = attention_mask.long().sum(-1).tolist()
+    b, width = attention_mask.shape
+    if not bool((torch.arange(width, device=attention_mask.device)[None, :] < attention_mask.sum(-1, keepdim=True)
+                 ).eq(attention_mask.bool()).all()):
+        raise ValueError("packing needs right-padded rows (real tokens first)")
+    free: list[int] = []  # columns left per packed row
+    place = [(0, 0)] * b  # (packed row, first column) of each sequence
+    for i in sorted(range(b), key=lambda i: -lengths[i]):
+        r = next((r for r, room in enumerate(free) if room >= lengths[i]), len(free))
+        if r == len(free):
+            free.append(width)
+        place[i] = (r, width - free[r])
+        free[r] -= lengths[i]
+    n, dev = len(free), attention_mask.device
+    doc = torch.full((n, width), -1, dtype=torch.long)
+    positions = torch.zeros((n, width), dtype=torch.long)
+    row = torch.empty((b, width), dtype=torch.long)
+    col = torch.empty((b, width), dtype=torch.long)
+    for i, (r, c) in enumerate(place):
+        length = lengths[i]
+        doc[r, c:c + length] = i
+        positions[r, c:c + length] = torch.arange(length)
+        row[i], col[i, :length] = r, torch.arange(c, c + length)
+        col[i, length:] = c + length - 1  # padding reads its sequence's last slot; the result is zeroed
+    same = (doc[:, :, None] == doc[:, None, :]) & (doc[:, :, None] >= 0)
+    mask = torch.tril(same) | torch.eye(width, dtype=torch.bool)[None]
+    return PackedRows(row.reshape(-1).to(dev), col.reshape(-1).to(dev), positions.to(dev), mask[:, None].to(dev),
+                      attention_mask.bool().reshape(-1))
+
+
+def _to_packed(x: torch.Tensor, rows: PackedRows, fill) -> torch.Tensor:
+    """``x`` [B, T] in the packed layout [R, T] (real tokens only); slots no token fills hold ``fill``."""
+    out = x.new_full(rows.positions.shape, fill)
+    out[rows.row[rows.real], rows.col[rows.real]] = x.reshape(-1)[rows.real]
+    return out
 
 
 def logprobs(model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, *, chunk_tokens: int,
-             temperature: float = 1.0, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+             temperature: float = 1.0, entropy: bool = False, pack: bool = False
+             ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`token_logprobs` of ``mask``ed tokens for a placed model (wrapped, offloaded or on another device).
 
     Inputs go to where the model computes (:func:`~distlab.placement.compute_device`), gradients flow
     as enabled, and temperature 0 (greedy sampling) scores at temperature 1, the distribution a greedy
-    rollout would be trained against.
+    rollout would be trained against. ``pack`` (``padding_free``) runs the sequences packed (:func:`pack_rows`).
     """
     dev = compute_device(model)
     return token_logprobs(model, ids.to(dev), attn.to(dev), completion_mask=mask.to(dev), chunk_tokens=chunk_tokens,
-                          temperature=temperature if temperature > 0 else 1.0, with_entropy=entropy)
+                          temperature=temperature if temperature > 0 else 1.0, with_entropy=entropy, pack=pack)

@@ -90,6 +90,7 @@ class LMRecipeConfig(BaseConfig):
     num_iterations: int = 1  # policy updates per rollout (mu; the ratio differs from 1 only after the first)
     kl: KLEstimator = KLEstimator.k3
     logprob_chunk: int = 1024  # tokens per LM-head chunk when computing log-probs
+    padding_free: bool = False  # update pass: a micro-batch's sequences packed into fewer rows (block-diagonal mask)
     sft_steps: int = 0  # supervised warm-up steps on reference solutions before RL (tiny models only)
     sft_lr: float = 3e-3
     model: ModelConfig = field(default_factory=ModelConfig)

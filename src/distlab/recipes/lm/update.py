@@ -25,14 +25,14 @@ MicroLoss = Callable[[int], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
 def frozen_logprobs(session, model: nn.Module | None, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
-                    slices: list[slice], *, chunk_tokens: int, temperature: float, device: torch.device
-                    ) -> list[torch.Tensor | None]:
+                    slices: list[slice], *, chunk_tokens: int, temperature: float, device: torch.device,
+                    pack: bool = False) -> list[torch.Tensor | None]:
     """Per micro-batch, ``model``'s log-probs of the masked tokens on ``device`` (None for no model)."""
     if model is None:
         return [None] * len(slices)
     with torch.no_grad(), session.autocast():
-        return [logprobs(model, ids[sl], attn[sl], mask[sl], chunk_tokens=chunk_tokens,
-                         temperature=temperature)[0].to(device) for sl in slices]
+        return [logprobs(model, ids[sl], attn[sl], mask[sl], chunk_tokens=chunk_tokens, temperature=temperature,
+                         pack=pack)[0].to(device) for sl in slices]
 
 
 def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_batches: int, micro_loss: MicroLoss,

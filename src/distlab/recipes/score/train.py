@@ -190,7 +190,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     t2 = time.perf_counter()
     batches = micro_batches(len(episodes), cfg.micro_batch_size, attn)  # each cut to its own widest episode
     frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=train_mask, slices=batches,
-                     chunk_tokens=cfg.logprob_chunk, temperature=temp, device=device)
+                     chunk_tokens=cfg.logprob_chunk, temperature=temp, device=device, pack=cfg.padding_free)
     old = frozen(m.policy if cfg.num_iterations > 1 else None)
     ref = frozen(m.reference)
     times["ref_logprobs_s"] = time.perf_counter() - t2
@@ -198,7 +198,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     def micro_loss(k: int):
         sl = batches[k]
         logp, ent = logprobs(m.policy, ids[sl], attn[sl], train_mask[sl], chunk_tokens=cfg.logprob_chunk,
-                             temperature=temp, entropy=True)
+                             temperature=temp, entropy=True, pack=cfg.padding_free)
         return score_policy_loss(logp, old[k], ref[k], adv_tok[sl], roles[sl], kl_w[sl], epsilon=cfg.epsilon,
                                  kl=cfg.kl, loss_type=cfg.loss_type, norm=norm, world_size=rt.world_size, entropy=ent)
 
