@@ -111,6 +111,7 @@ class DistConfig:
     powersgd_rank: int = 4  # dist.comm_hook=powersgd: rank of the low-rank gradient approximation
     powersgd_start_iter: int = 10  # plain all-reduce for this many steps before compressing (at least 2)
     auto_micro_batch: bool = False  # probe the largest micro-batch that fits; dist.grad_accum makes up the rest
+    cpu_offload: bool = False  # FSDP2-wrapped models keep parameters, gradients and optimizer states on the CPU
 
 
 @dataclass
@@ -239,10 +240,29 @@ def compose(cls: type, presets: list[Path] = (), overrides: list[str] = (),
             item = f"{renamed[key.strip()]}{sep}{value}"
         _check_boolean(cfg, item)
         try:
-            cfg.merge_with(OmegaConf.from_dotlist([item]))
+            if _is_text_field(cfg, key.strip(), value):  # YAML would read off/no/123 as False/False/123
+                OmegaConf.update(cfg, item.partition("=")[0].strip(), value.strip(), merge=True)
+            else:
+                cfg.merge_with(OmegaConf.from_dotlist([item]))
         except OmegaConfBaseException as exc:
             raise _override_error(exc, item, cls) from None
     return cfg
+
+
+def _is_text_field(cfg: DictConfig, key: str, value: str) -> bool:
+    """A plain string setting given a plain word: the text as typed is the value (``run.name=off`` names a run
+    'off', not 'False'). Choices, lists, quoted text and interpolations take the usual parsing."""
+    from omegaconf.nodes import StringNode
+
+    parent_key, _, leaf = key.rpartition(".")
+    try:
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
+    except (OmegaConfBaseException, KeyError, AttributeError):
+        return False
+    v = value.strip()
+    return (isinstance(node, StringNode) and bool(v) and v[0] not in "[{'\"" and not v.startswith("${")
+            and v not in ("null", "~"))
 
 
 # ``placement.<model>=<spec>``, a second dict before placement became a field of each model's settings
@@ -370,7 +390,7 @@ def resolve_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any
 # and any other one set away from its default is refused instead of being silently ignored.
 OPTIONAL_CORE_KEYS = ("dist.grad_accum", "run.time_limit_s", "dist.wrap", "dist.compile", "dist.compile_mode",
                       "log.profile_steps", "dist.activation_checkpointing", "dist.comm_hook", "dist.auto_micro_batch",
-                      "optim.state_dtype")
+                      "optim.state_dtype", "dist.cpu_offload")
 
 # Leaf names of the core's numeric keys that count something or scale something, so 0 or less is meaningless.
 # A recipe names its own in ``Recipe.positive_keys``. When a schema's default for such a key is 0, 0 keeps its
@@ -435,7 +455,6 @@ def check_values(recipe: Any, cfg: Any) -> None:
     if cfg.ckpt.verify not in ("hash", "size"):
         raise DistlabError(f"ckpt.verify={cfg.ckpt.verify} is not one of hash, size; use ckpt.verify=hash")
     check_run_name(cfg.run.name)
-    check_memory_options(cfg)
     supports = getattr(recipe, "supports", None)
     if supports is not None and schema is not None:
         for key in OPTIONAL_CORE_KEYS:
@@ -443,6 +462,7 @@ def check_values(recipe: Any, cfg: Any) -> None:
                 honours = ", ".join(sorted(supports)) or "none of " + ", ".join(OPTIONAL_CORE_KEYS)
                 raise DistlabError(f"recipe '{recipe.name}' ignores {key} (set to {_plain(_get(cfg, key))}); remove "
                                    f"it (of these core settings it honours: {honours})")
+    check_memory_options(cfg)  # after the keys a recipe ignores: advice on combining them would mislead there
     compiles = d.compile or any(getattr(m, "compile", False) for m in (getattr(cfg, "models", None) or {}).values())
     if d.compile_mode != CompileMode.default and not compiles:
         raise DistlabError(f"dist.compile_mode={CompileMode(d.compile_mode).name} acts only on compiled models; add "
@@ -461,6 +481,11 @@ def check_memory_options(cfg: Any) -> None:
             if m.trainable and _plain(m.wrap) != "ddp":
                 raise DistlabError(f"dist.comm_hook={hook} needs DDP but models.{name}.wrap={_plain(m.wrap)}; use "
                                    f"models.{name}.wrap=ddp or dist.comm_hook=none")
+    sharded = wrap == "fsdp" or any(m.trainable and _plain(m.wrap) == "fsdp"
+                                    for m in (getattr(cfg, "models", None) or {}).values())
+    if d.cpu_offload and not sharded:
+        raise DistlabError("dist.cpu_offload=true offloads what FSDP2 shards; set dist.wrap=fsdp (or "
+                           "models.<name>.wrap=fsdp for the trained model)")
     if hook == "bf16" and (d.device == "cpu" or d.backend == "gloo"):
         from distlab.comm_hooks import BF16_NEEDS_NCCL
 

@@ -120,6 +120,14 @@ class Runtime:
             rt._monitor = dist.new_group(backend="gloo", timeout=_dt.timedelta(seconds=timeout_s))
         return rt
 
+    def single_process_group(self) -> None:
+        """A process group of this one process (an in-memory store, no network), for engines such as FSDP2's CPU
+        offload that need one; collectives of this Runtime stay no-ops, as for any single process."""
+        if not dist.is_initialized():
+            be = "nccl" if self.device.type == "cuda" else "gloo"
+            dist.init_process_group(be, store=dist.HashStore(), rank=0, world_size=1,
+                                    **({"device_id": self.device} if be == "nccl" else {}))
+
     # -- collectives -------------------------------------------------------------------------
     def barrier(self, label: str, timeout_s: float | None = None) -> None:
         """A barrier that, on timeout, fails with the ranks that never arrived named."""

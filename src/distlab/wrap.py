@@ -41,14 +41,16 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
         model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_mb, broadcast_buffers=False,
                     find_unused_parameters=find_unused, process_group=group)
         register_comm_hook(model, cfg.comm_hook, group, cfg.powersgd_rank, cfg.powersgd_start_iter)
-    elif wrap == Wrap.fsdp and rt.distributed:
-        try:
-            from torch.distributed.fsdp import fully_shard
-        except ImportError:  # torch < 2.6 kept it under _composable
-            from torch.distributed._composable.fsdp import fully_shard
+    elif wrap == Wrap.fsdp and (rt.distributed or cfg.cpu_offload):
+        from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+        if not rt.distributed:
+            rt.single_process_group()  # FSDP2 needs a group, even of one, to offload a single GPU's model
+        # pinned host memory makes the copies asynchronous; it needs an accelerator
+        policy = {"offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda")} if cfg.cpu_offload else {}
         for m in shard_modules or []:
-            fully_shard(wrappers.get(id(m), m))  # a checkpointed block is sharded as its wrapper (torchtitan's order)
-        fully_shard(model)
+            fully_shard(wrappers.get(id(m), m), **policy)  # a checkpointed block is sharded as its wrapper
+        fully_shard(model, **policy)
     if cfg.compile if compile is None else compile:
         model = compiled(model, cfg.compile_mode)
     return model

@@ -99,3 +99,13 @@ def test_old_spellings_in_files_and_overrides_map_to_current_keys(tmp_path):
         from distlab.placement import check_config
 
         check_config(resolve_config(load_recipe("grpo"), [], ["placement.banana=cpu"]), 1, 0)
+
+
+def test_a_text_setting_keeps_the_word_as_typed():
+    """YAML reads off/yes/123 as False/True/123: a run named 'off' must not become a run named 'False'."""
+    for word in ("off", "yes", "123", "no"):
+        assert to_object(compose(ToyConfig, [], [f"run.name={word}"])).run.name == word
+    assert to_object(compose(ToyConfig, [], ["run.name=null"])).run.name in (None, "")
+    with pytest.raises(DistlabError, match="lr=off"):
+        compose(ToyConfig, [], ["lr=off"])  # a number is still parsed as one
+    assert to_object(compose(ToyConfig, [], ["dist.compile=true"])).dist.compile is True

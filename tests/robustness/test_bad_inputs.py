@@ -217,6 +217,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
      ["padding_free=true", "sdpa"]),
     ("score-ref-trainable", ["train", "score", "models.reference.trainable=true"], ["models.reference.trainable"]),
     ("score-top-p", ["train", "score", "sampling.top_p=0"], ["sampling.top_p=0"]),
+    ("toy-offload-ddp", TOY + ["dist.cpu_offload=true"], ["dist.cpu_offload=true", "dist.wrap=fsdp"]),
+    ("ppo-offload", ["train", "ppo", "dist.cpu_offload=true"], ["ignores dist.cpu_offload"]),
     ("toy-preset-empty", TOY + ["--config", "empty.yaml"], ["empty.yaml", "is empty"]),
     ("slurm-time", ["slurm", "grpo", "--time", "99-99:99"], ["99-99:99", "out of range"]),
     ("slurm-time-zero", ["slurm", "grpo", "--time", "0"], ["time='0'"]),

@@ -81,6 +81,7 @@ RECIPE = Recipe(name="grpo", config=GRPOConfig, train=train, presets_dir=PRESETS
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 register_commands=register_commands, aliases=ALIASES, export=export, export_formats=EXPORT_FORMATS,
                 report_metrics=("pass@1", "sampled_pass@1", "reward_mean"), positive_keys=LM_POSITIVE_KEYS,
-                supports=frozenset({"run.time_limit_s", "dist.grad_accum", "dist.wrap", "dist.compile",
+                supports=frozenset({"dist.cpu_offload",
+                                    "run.time_limit_s", "dist.grad_accum", "dist.wrap", "dist.compile",
                                     "dist.compile_mode", "dist.activation_checkpointing",
                                     "dist.comm_hook", "optim.state_dtype"}))
