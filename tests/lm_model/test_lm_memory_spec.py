@@ -18,3 +18,8 @@ def test_trained_weights_count_four_bytes_and_checkpointing_shrinks_activations(
     assert _policy("models.policy.dtype=bf16", "model.lora_r=8").param_dtype_bytes == 2  # a frozen bf16 base
     for switch in ("dist.activation_checkpointing=blocks", "model.gradient_checkpointing=true"):
         assert _policy(switch).activation_bytes_per_example < plain.activation_bytes_per_example
+
+
+def test_cpu_offload_moves_the_trained_state_to_the_host():
+    assert _policy().placement == "device"
+    assert _policy("models.policy.wrap=fsdp", "dist.cpu_offload=true").placement == "offload"

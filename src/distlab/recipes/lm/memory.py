@@ -50,6 +50,16 @@ def shape(source: str) -> dict[str, int]:
             "kv_width": getattr(config, "num_key_value_heads", heads) * (config.hidden_size // heads)}
 
 
+def _home(cfg: Any, name: str) -> str:
+    """Where a model's state lives: FSDP2's CPU offload keeps a trained model's weights, gradients and optimizer
+    states on the host and computes on the GPU, which is what the doctor's ``offload`` placement counts."""
+    settings = cfg.models[name]
+    wrap = str(getattr(settings.wrap, "value", settings.wrap))
+    if settings.trainable and cfg.dist.cpu_offload and wrap == "fsdp":
+        return "offload"
+    return settings.placement
+
+
 def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
     """One spec per placed model; the trained policy also carries the rollouts' KV cache and activations."""
     s = shape(cfg.model.source)
@@ -77,6 +87,6 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
         specs.append(ModelSpec(name, s["params"], trainable_params=trainable, activation_bytes_per_example=act,
                                batch_per_device=batch, param_dtype_bytes=held,
                                optimizer="adamw" if trainable else "none",
-                               placement=cfg.models[name].placement,
+                               placement=_home(cfg, name),
                                wrap=str(getattr(settings.wrap, "value", settings.wrap))))
     return specs
