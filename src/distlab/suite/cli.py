@@ -127,9 +127,10 @@ def _load(target: str, extra: Sequence[str], flags: Sequence[str]) -> Suite:
 
 
 def _check_runs(suite: Suite, seeds, scale: str | None, root: str) -> None:
-    """Every experiment's config composed as its runs would compose it, before anything starts or is written:
-    a key the recipe does not have (``foo=1`` after the suite name) is refused here, not in every run's log."""
-    from distlab.config import resolve_config
+    """Every experiment's keys and types checked against the recipe's schema, before anything starts or is
+    written: a key the recipe does not have (``foo=1`` after the suite name) is refused here, not in every run's
+    log. Values are left to each run, so one experiment that fails is reported while the others go on."""
+    from distlab.config import compose
     from distlab.recipe import load_recipe
 
     recipe, seen = load_recipe(suite.recipe), set()
@@ -138,7 +139,7 @@ def _check_runs(suite: Suite, seeds, scale: str | None, root: str) -> None:
             continue
         seen.add(spec.experiment)
         try:
-            resolve_config(recipe, [], spec.overrides)
+            compose(recipe.config, [], spec.overrides, getattr(recipe, "aliases", None))
         except DistlabError as exc:
             raise DistlabError(f"suite {suite.name}, experiment {spec.experiment}: {exc}") from None
 

@@ -183,7 +183,8 @@ def _check_time(time: str) -> None:
         elif not days and not any(fields) or days and not int(days) and not any(fields):
             why = "it is zero"
     if why:
-        raise DistlabError(f"time={time!r}: {why}; write e.g. 12:00:00, 90 (minutes) or 2-00:00:00")
+        raise DistlabError(f"time={time!r} is not a SLURM time: {why}; write e.g. 12:00:00, 90 (minutes) or "
+                           f"2-00:00:00")
 
 
 def _validate(gpus: int, nodes: int, cpus: int, mem: str, time: str, signal_s: int) -> None:
