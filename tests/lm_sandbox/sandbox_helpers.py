@@ -1,10 +1,12 @@
 """Process checks shared by the sandbox tests (a module of its own: every test directory has a conftest)."""
 
+import logging
 import os
 import socket
 from pathlib import Path
 
 from distlab.recipes.lm.sandbox import Sandbox
+from distlab.recipes.lm.sandbox.isolation import detect
 
 
 def leftovers(box: Sandbox) -> list[str]:
@@ -284,3 +286,23 @@ def accepted(servers: list[socket.socket]) -> int:
             conn.close()
             n += 1
     return n
+
+
+def isolation_log(fn):
+    """``(fn(), [(level name, message)])`` of the isolation lines the distlab logger got while ``fn`` ran, with the
+    level detected afresh (detect is cached per process)."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("distlab")
+    logger.addHandler(handler)
+    old = logger.level
+    logger.setLevel(logging.INFO)
+    detect.cache_clear()
+    try:
+        out = fn()
+    finally:
+        detect.cache_clear()
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+    return out, [(r.levelname, r.getMessage()) for r in records if "isolation" in r.getMessage().lower()]

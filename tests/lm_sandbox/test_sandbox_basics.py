@@ -1,14 +1,13 @@
 """Verdicts on honest programs, configuration, isolation detection: real processes throughout."""
 
-import logging
 import os
 
 import pytest
 from omegaconf import OmegaConf
+from sandbox_helpers import isolation_log
 
 from distlab.errors import DistlabError
 from distlab.recipes.lm.sandbox import Sandbox, SandboxConfig, SandboxResult
-from distlab.recipes.lm.sandbox.isolation import detect
 from distlab.recipes.lm.sandbox.runner import rewrite_tests
 
 ADD = "def add(a, b):\n    return a + b\n"
@@ -88,23 +87,14 @@ def test_config_nests_in_omegaconf_and_checks_ranges():
 
 
 def test_isolation_detected_once_and_logged():
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("distlab")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    detect.cache_clear()
-    try:
+    def two_boxes():
         with Sandbox(workers=1) as b:
             level = b.isolation.level
         with Sandbox(workers=1):
             pass
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
-    logged = [(r.levelname, r.getMessage()) for r in records if "isolation" in r.getMessage().lower()]
+        return level
+
+    level, logged = isolation_log(two_boxes)
     assert len(logged) == 1 and level in logged[0][1]
     assert logged[0][0] == ("WARNING" if level == "rlimits" else "INFO")
 

@@ -3,7 +3,6 @@ dir, no Unix socket or System V shared memory of the host within reach. The test
 afterwards: a pass inside proves nothing by itself, since the private dirs are writable by design."""
 
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -12,7 +11,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import ESCAPE, accepted, fs_attacks, fs_escapes, listen_unix, make_run_dir, outside_dir
+from sandbox_helpers import (ESCAPE, accepted, fs_attacks, fs_escapes, isolation_log, listen_unix, make_run_dir,
+                             outside_dir)
 
 import distlab
 from distlab.recipes.lm.sandbox import Sandbox, isolation, runner
@@ -87,29 +87,11 @@ def test_nothing_outside_the_work_dir_is_writable(box, tag, outside):
     assert not results[3].passed and "AssertionError" in results[3].stderr_tail, results[3]
 
 
-def _logged(fn):
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("distlab")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    detect.cache_clear()
-    try:
-        out = fn()
-    finally:
-        detect.cache_clear()
-        logger.removeHandler(handler)
-        logger.setLevel(old)
-    return out, [(r.levelname, r.getMessage()) for r in records if "isolation" in r.getMessage().lower()]
-
-
 def test_the_logged_level_says_whether_the_file_system_is_private(monkeypatch):
-    iso, logged = _logged(lambda: detect())
+    iso, logged = isolation_log(lambda: detect())
     assert iso.private_fs and len(logged) == 1 and logged[0][0] == "INFO"
     assert "private /tmp, /var/tmp, /dev/shm and /run, read-only elsewhere" in logged[0][1], logged
-    iso, logged = _logged(lambda: detect("rlimits"))
+    iso, logged = isolation_log(lambda: detect("rlimits"))
     assert not iso.private_fs and logged[0][0] == "WARNING" and "file system is shared" in logged[0][1], logged
 
     # a machine that refuses the mounts: the level still works, without a private view, and says so loudly
@@ -119,7 +101,7 @@ def test_the_logged_level_says_whether_the_file_system_is_private(monkeypatch):
         return [a.replace("--fs=", "--fs=x") for a in command(iso, *args, **kwargs)]
 
     monkeypatch.setattr(isolation, "command", refused)
-    iso, logged = _logged(lambda: detect())
+    iso, logged = isolation_log(lambda: detect())
     assert iso.level != "rlimits" and not iso.private_fs, iso
     assert logged[0][0] == "WARNING" and "WITHOUT a private file system" in logged[0][1], logged
     assert "/tmp, /var/tmp, /dev/shm and /run are shared" in logged[0][1]
