@@ -219,16 +219,17 @@ def find_checkpoint(target: Path, verify_given: bool = False, skipped: list[str]
         return target
     root = target / "checkpoints" if (target / "checkpoints").is_dir() else target
     steps = sorted((p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name)), reverse=True)
-    problems = []
+    problems: list[tuple[str, str]] = []
     for s in steps:
         problem = verify_checkpoint(s)
         if problem is None:
             if skipped is not None:
-                skipped += [f"{p.split(':', 1)[0]} ({p.split(': ', 1)[1]})" for p in problems]
+                skipped += [f"{name} ({why})" for name, why in problems]
             return s
-        problems.append(f"{s.name}: {problem}")
+        problems.append((s.name, problem))
     if problems:
-        raise DistlabError(f"every checkpoint under {root} is corrupt ({'; '.join(problems)}); nothing can be "
+        listed = "; ".join(f"{name}: {why}" for name, why in problems)
+        raise DistlabError(f"every checkpoint under {root} is corrupt ({listed}); nothing can be "
                            f"loaded, retrain (distlab train ... run.resume=fresh)")
     if not (target / "checkpoints").is_dir() and not (target / "config.yaml").exists():
         raise DistlabError(f"{target} is not a distlab run (no checkpoints/ or config.yaml); pass runs/<name>")
