@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from distlab.errors import DistlabError, near_matches
+from distlab.recipes.lm.tasks.families import draw_tasks, family_names
 from distlab.recipes.lm.tasks.task import Task
 
 NAMES = ("Ann", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana")
@@ -99,19 +99,7 @@ MATH_FAMILIES_EVAL: tuple[str, ...] = ("share_equally", "list_mean", "centimetre
 
 def resolve_math_families(families: Sequence[str] | str) -> list[str]:
     """``"train"``, ``"eval"``, ``"all"`` or explicit names (a typo names the nearest family)."""
-    if isinstance(families, str):
-        named = {"train": MATH_FAMILIES_TRAIN, "eval": MATH_FAMILIES_EVAL, "all": tuple(MATH_FAMILIES)}
-        families = named.get(families) or [f.strip() for f in families.split(",") if f.strip()]
-    out = []
-    for name in families:
-        if name not in MATH_FAMILIES:
-            hint = near_matches(name, MATH_FAMILIES)
-            raise DistlabError(f"unknown math task family {name!r}; choose from {', '.join(MATH_FAMILIES)} or "
-                               "train/eval/all" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
-        out.append(name)
-    if not out:
-        raise DistlabError("no math task family given; use train, eval, all or family names")
-    return out
+    return family_names(families, MATH_FAMILIES, MATH_FAMILIES_TRAIN, MATH_FAMILIES_EVAL, "math")
 
 
 def make_math_task(family: str, rng: random.Random, *, task_id: str) -> Task:
@@ -123,12 +111,5 @@ def make_math_task(family: str, rng: random.Random, *, task_id: str) -> Task:
 
 def math_tasks(n: int, *, seed: int = 0, families: Sequence[str] | str = "train") -> list[Task]:
     """``n`` tasks cycling through ``families``; task ``i`` depends only on (seed, family, i), not on ``n``."""
-    if n < 0:
-        raise DistlabError(f"number of math tasks must be >= 0, got {n}")
-    fams = resolve_math_families(families)
-    out = []
-    for i in range(n):
-        fam = fams[i % len(fams)]
-        rng = random.Random(f"distlab-math/{seed}/{fam}/{i}")
-        out.append(make_math_task(fam, rng, task_id=f"math/{fam}/{seed}/{i}"))
-    return out
+    return draw_tasks(n, seed, resolve_math_families(families), "math",
+                      lambda fam, rng, task_id: make_math_task(fam, rng, task_id=task_id))

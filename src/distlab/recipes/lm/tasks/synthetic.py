@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from distlab.errors import DistlabError, near_matches
+from distlab.errors import DistlabError
+from distlab.recipes.lm.tasks.families import draw_tasks, family_names
 from distlab.recipes.lm.tasks.task import Task
 
 LETTERS = "abcdefgh"
@@ -208,22 +209,7 @@ def make_task(family: str, rng: random.Random, *, task_id: str, n_hidden: int = 
 
 def resolve_families(families: Sequence[str] | str) -> list[Family]:
     """Accept ``"train"``, ``"eval"``, ``"all"`` or explicit names, and name the nearest family on a typo."""
-    if isinstance(families, str):
-        named = {"train": FAMILIES_TRAIN, "eval": FAMILIES_EVAL, "all": tuple(FAMILIES)}
-        if families in named:
-            families = named[families]
-        else:
-            families = [f.strip() for f in families.split(",") if f.strip()]
-    out: list[Family] = []
-    for name in families:
-        if name not in FAMILIES:
-            hint = near_matches(name, FAMILIES)
-            raise DistlabError(f"unknown synthetic task family {name!r}; choose from {', '.join(FAMILIES)} or "
-                               "train/eval/all" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
-        out.append(FAMILIES[name])
-    if not out:
-        raise DistlabError("no synthetic task family given; use train, eval, all or family names")
-    return out
+    return [FAMILIES[n] for n in family_names(families, FAMILIES, FAMILIES_TRAIN, FAMILIES_EVAL, "synthetic")]
 
 
 def synthetic_tasks(n: int, *, seed: int = 0, families: Sequence[str] | str = "train",
@@ -233,12 +219,6 @@ def synthetic_tasks(n: int, *, seed: int = 0, families: Sequence[str] | str = "t
     Train and evaluate in-distribution with different seeds; measure generalisation with ``families="eval"``.
     Small constant ranges mean two seeds can produce the same function with different examples.
     """
-    if n < 0:
-        raise DistlabError(f"number of synthetic tasks must be >= 0, got {n}")
-    fams = resolve_families(families)
-    tasks = []
-    for i in range(n):
-        fam = fams[i % len(fams)]
-        rng = random.Random(f"distlab-synthetic/{seed}/{fam.name}/{i}")  # str seeds are stable across runs
-        tasks.append(make_task(fam.name, rng, task_id=f"synthetic/{fam.name}/{seed}/{i}", n_hidden=n_hidden))
-    return tasks
+    names = [f.name for f in resolve_families(families)]
+    return draw_tasks(n, seed, names, "synthetic",
+                      lambda fam, rng, task_id: make_task(fam, rng, task_id=task_id, n_hidden=n_hidden))
