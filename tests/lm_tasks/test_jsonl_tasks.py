@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.tasks import load_tasks
+from distlab.recipes.lm.tasks import chat_messages, load_tasks, text_prompt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 from clitools import run_cli, summary  # noqa: E402
@@ -33,6 +33,25 @@ def test_both_layouts_load_as_tasks(tmp_path):
     assert tasks[1].prompt == "Write a function inc(x) that returns x + 1."  # the user turn, not the system one
 
 
+def test_a_row_with_an_answer_and_no_tests_is_a_math_problem(tmp_path):
+    rows = [{"prompt": "What is 2 + 3?", "answer": 5, "solution": "2 + 3 = 5."},
+            {"prompt": [{"role": "user", "content": "Half of 3?"}], "answer": "3/2", "task_id": "half"},
+            {"prompt": "Write f(x) returning 1.", "tests": "assert f(0) == 1", "answer": "ignored"}]
+    tasks = load_tasks(str(_write(tmp_path / "mixed.jsonl", rows)), "train")
+    assert [(t.kind, t.answer, t.tests) for t in tasks] == [("math", "5", ""), ("math", "3/2", ""),
+                                                            ("code", "", "assert f(0) == 1")]
+    assert tasks[0].solution == "2 + 3 = 5." and tasks[1].prompt == "Half of 3?" and tasks[0].entry_point is None
+    assert "\\boxed{}" in chat_messages(tasks[0])[-1]["content"]  # asked for a final answer, not for code
+
+
+def test_a_row_may_name_its_source(tmp_path):
+    row = {"prompt": "def inc(x):\n    \"\"\"x + 1\"\"\"\n", "tests": "assert inc(1) == 2", "entry_point": "inc",
+           "source": "humaneval"}
+    task = load_tasks(str(_write(tmp_path / "he.jsonl", [row, {**row, "source": None, "task_id": "b"}])), "t")
+    assert [t.source for t in task] == ["humaneval", "jsonl"]
+    assert text_prompt(task[0]) == row["prompt"] and text_prompt(task[1]).endswith("```python\n")
+
+
 @pytest.mark.parametrize("rows, message", [
     (["{not json"], "mine.jsonl:1: not JSON"),
     ([ROWS[0], {"prompt": "p"}], "mine.jsonl:2: missing 'tests'"),
@@ -40,6 +59,9 @@ def test_both_layouts_load_as_tasks(tmp_path):
     ([{"prompt": "p", "tests": "assert 1", "task_id": "a"}, {"prompt": "q", "tests": "assert 1", "task_id": "a"}],
      "task_id 'a' appears twice"),
     ([], "holds no tasks"),
+    ([{"prompt": "p", "answer": " $ "}], r"mine.jsonl:1: the final answer ' \$ ' is empty once normalised"),
+    ([{"prompt": "p", "answer": ["1"]}], "mine.jsonl:1: 'answer' must be a string or a number, got list"),
+    ([{"prompt": "p", "tests": "assert 1", "source": 3}], "mine.jsonl:1: 'source' must be a string"),
 ])
 def test_malformed_files_name_the_line(tmp_path, rows, message):
     with pytest.raises(DistlabError, match=message):

@@ -58,6 +58,13 @@ def test_a_dataset_dict_is_read_at_the_split(tmp_path):
         load_tasks(str(tmp_path / "both"), "eval")
 
 
+def test_prompt_and_answer_columns_are_math_problems(tmp_path):
+    rows = [{"prompt": "What is 2 + 3?", "answer": "5"}, {"prompt": "What is 4 * 2?", "answer": "8"}]
+    tasks = load_tasks(str(_save(tmp_path / "sums", rows)), "train")
+    assert [(t.task_id, t.kind, t.answer, t.tests, t.source) for t in tasks] == [
+        ("sums/0", "math", "5", "", "dataset"), ("sums/1", "math", "8", "", "dataset")]
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda tmp: tmp / "absent", "task data directory .*absent not found"),
     (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "is not a datasets directory .no state.json"),

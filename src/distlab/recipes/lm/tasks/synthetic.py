@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.tasks.families import draw_tasks, family_names
+from distlab.recipes.lm.tasks.families import draw_rows, family_names
+from distlab.recipes.lm.tasks.jsonl import Row, row_tasks
 from distlab.recipes.lm.tasks.task import Task
 
 LETTERS = "abcdefgh"
@@ -174,8 +175,8 @@ def _assert(arg_value: Any, expected: Any) -> str:
     return f"assert f({arg_value!r}) == {expected!r}"
 
 
-def make_task(family: str, rng: random.Random, *, task_id: str, n_hidden: int = 4) -> Task:
-    """One task of ``family`` with constants and inputs drawn from ``rng``."""
+def make_row(family: str, rng: random.Random, *, task_id: str, n_hidden: int = 4) -> Row:
+    """One task of ``family``, as a row of the task schema, with constants and inputs drawn from ``rng``."""
     fam = resolve_families([family])[0]
     if n_hidden < 2:
         raise DistlabError(f"n_hidden={n_hidden}: synthetic tasks need at least 2 hidden tests so that a constant "
@@ -203,8 +204,8 @@ def make_task(family: str, rng: random.Random, *, task_id: str, n_hidden: int = 
     visible = _assert(visible_in, visible_out)
     prompt = f"Write a function f({fam.arg}) that {desc}.\nExample: {visible}"
     tests = "\n".join([visible] + [_assert(x, o) for x, o in cases]) + "\n"
-    return Task(task_id=task_id, prompt=prompt, entry_point="f", tests=tests, visible_test=visible,
-                source=f"synthetic:{family}", solution=solution)
+    return {"task_id": task_id, "prompt": prompt, "entry_point": "f", "tests": tests, "visible_test": visible,
+            "source": f"synthetic:{family}", "solution": solution}
 
 
 def resolve_families(families: Sequence[str] | str) -> list[Family]:
@@ -212,13 +213,19 @@ def resolve_families(families: Sequence[str] | str) -> list[Family]:
     return [FAMILIES[n] for n in family_names(families, FAMILIES, FAMILIES_TRAIN, FAMILIES_EVAL, "synthetic")]
 
 
-def synthetic_tasks(n: int, *, seed: int = 0, families: Sequence[str] | str = "train",
-                    n_hidden: int = 4) -> list[Task]:
-    """``n`` tasks cycling through ``families``; task ``i`` depends only on (seed, family, i), not on ``n``.
+def synthetic_rows(n: int, *, seed: int = 0, families: Sequence[str] | str = "train",
+                   n_hidden: int = 4) -> list[Row]:
+    """``n`` rows cycling through ``families``; row ``i`` depends only on (seed, family, i), not on ``n``.
 
     Train and evaluate in-distribution with different seeds; measure generalisation with ``families="eval"``.
     Small constant ranges mean two seeds can produce the same function with different examples.
     """
     names = [f.name for f in resolve_families(families)]
-    return draw_tasks(n, seed, names, "synthetic",
-                      lambda fam, rng, task_id: make_task(fam, rng, task_id=task_id, n_hidden=n_hidden))
+    return draw_rows(n, seed, names, "synthetic",
+                     lambda fam, rng, task_id: make_row(fam, rng, task_id=task_id, n_hidden=n_hidden))
+
+
+def synthetic_tasks(n: int, *, seed: int = 0, families: Sequence[str] | str = "train",
+                    n_hidden: int = 4) -> list[Task]:
+    """Built by the one row path (:mod:`.jsonl`), so the set written as JSONL loads back as these tasks."""
+    return row_tasks(synthetic_rows(n, seed=seed, families=families, n_hidden=n_hidden), "synthetic")
