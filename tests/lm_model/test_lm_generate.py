@@ -1,4 +1,5 @@
-"""Both generation backends agree on greedy tokens; seeds, stop strings and the truncation flag behave."""
+"""Both generation backends agree on greedy tokens; seeds, stop strings and the truncation flag behave; prefix
+sharing and a fixed static-cache shape change no token."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from lm_fixtures import needs_smollm2
+from distlab.errors import DistlabError
 from distlab.recipes.lm.chat import render_prompt
 from distlab.recipes.lm.generate import eos_token_ids, generate
 from distlab.recipes.lm.stops import FINISH_EOS, FINISH_LENGTH, FINISH_STOP
@@ -123,3 +125,187 @@ def test_generate_from_ids_matches_text_prompts(tiny):
     assert [c.token_ids for c in by_ids] == [c.token_ids for c in by_text]
     assert [c.prompt_ids for c in by_ids] == [c.prompt_ids for c in by_text]
     assert [c.prompt_index for c in by_ids] == [0, 0, 1, 1, 2, 2]
+
+
+# --- prefix sharing and a fixed static-cache shape (issue 29) -------------------------------------------
+
+CACHE_PATHS = ["dynamic", "static"]
+
+
+@pytest.fixture
+def cache_path(request, tiny, monkeypatch):
+    """``compile`` value selecting the DynamicCache path or the StaticCache path of the ``static`` backend.
+
+    On CPU the StaticCache path runs its decode step eagerly (the step torch.compile would capture), which
+    exercises the same cache handling without a compiler; the cache kept on the model is dropped afterwards.
+    """
+    from distlab.recipes.lm import generate as gen
+
+    model, _ = tiny
+    if request.param == "static":
+        def eager_step(m):
+            key = gen.cache_keyword(m)
+            return lambda tok, pos, mask, cache: m(input_ids=tok, attention_mask=mask, position_ids=pos,
+                                                   use_cache=True, **{key: cache}).logits[:, -1]
+
+        monkeypatch.setattr(gen, "_compiled_decode_step", eager_step)
+    yield request.param == "static"
+    model.__dict__.pop("_distlab_static_cache", None)
+
+
+@pytest.fixture
+def forward_rows(tiny):
+    """Batch rows of every forward call of the tiny model, in order (the first of a call is its prefill)."""
+    model, _ = tiny
+    rows: list[tuple[int, int]] = []
+    handle = model.register_forward_pre_hook(
+        lambda mod, args, kwargs: rows.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    yield rows
+    handle.remove()
+
+
+@pytest.fixture
+def sampled_logits(monkeypatch):
+    """The logits of every token the static loop samples, in order (the first of a call is its first token)."""
+    from distlab.recipes.lm import generate as gen
+
+    seen: list[torch.Tensor] = []
+    original = gen.sample_next
+
+    def spy(logits, *args, **kwargs):
+        seen.append(logits.clone())
+        return original(logits, *args, **kwargs)
+
+    monkeypatch.setattr(gen, "sample_next", spy)
+    return seen
+
+
+def _prefill_rows(forward_rows: list[tuple[int, int]]) -> int:
+    """Rows of the latest generate call's prefill (its first forward); the record starts afresh."""
+    rows = forward_rows[0][0]
+    forward_rows.clear()
+    return rows
+
+
+def _first_token_logprobs(sampled_logits: list[torch.Tensor]) -> torch.Tensor:
+    """[B, V] log-probs of the latest generate call's first token; the record starts afresh."""
+    first = sampled_logits[0].log_softmax(-1)
+    sampled_logits.clear()
+    return first
+
+
+@pytest.mark.parametrize("cache_path", CACHE_PATHS, indirect=True)
+def test_shared_prefix_greedy_equals_unshared(tiny, cache_path, forward_rows):
+    model, tok = tiny
+    kw = dict(max_new_tokens=24, temperature=0, n=3, compile=cache_path)
+    unshared = generate(model, tok, TINY_PROMPTS, share_prefix=False, **kw)
+    assert _prefill_rows(forward_rows) == 15
+    shared = generate(model, tok, TINY_PROMPTS, **kw)
+    assert _prefill_rows(forward_rows) == 5  # one prefill row per distinct prompt
+    assert [c.token_ids for c in shared] == [c.token_ids for c in unshared]
+    assert [c.finish_reason for c in shared] == [c.finish_reason for c in unshared]
+    assert [c.prompt_index for c in shared] == [i // 3 for i in range(15)]
+    # and the same tokens as one greedy row per prompt
+    single = generate(model, tok, TINY_PROMPTS, max_new_tokens=24, temperature=0, compile=cache_path)
+    assert [c.token_ids for c in shared[::3]] == [c.token_ids for c in single]
+
+
+@pytest.mark.parametrize("cache_path", CACHE_PATHS, indirect=True)
+def test_shared_prefix_sampling_matches_unshared(tiny, cache_path, forward_rows, sampled_logits):
+    model, tok = tiny
+    prompts = TINY_PROMPTS[:3]
+    kw = dict(max_new_tokens=12, temperature=1.0, top_p=0.95, n=4, seed=11, compile=cache_path)
+    unshared = generate(model, tok, prompts, share_prefix=False, **kw)
+    assert _prefill_rows(forward_rows) == 12
+    lp_unshared = _first_token_logprobs(sampled_logits)
+    shared = generate(model, tok, prompts, **kw)
+    assert _prefill_rows(forward_rows) == 3
+    lp_shared = _first_token_logprobs(sampled_logits)
+    assert lp_shared.shape == lp_unshared.shape == (12, lp_shared.shape[1])
+    assert (lp_shared - lp_unshared).abs().max().item() < 1e-5
+    first_tokens = torch.tensor([c.token_ids[0] for c in unshared])
+    assert [c.token_ids[0] for c in shared] == first_tokens.tolist()
+    chosen = lp_shared.gather(1, first_tokens[:, None]).squeeze(1)
+    assert torch.allclose(chosen, lp_unshared.gather(1, first_tokens[:, None]).squeeze(1), atol=1e-5)
+    assert [c.token_ids for c in shared] == [c.token_ids for c in unshared]
+    for p in range(len(prompts)):  # the G rows of one prompt share a prefill but draw their own tokens
+        assert len({tuple(c.token_ids) for c in shared[4 * p:4 * p + 4]}) > 1
+
+
+@pytest.mark.parametrize("cache_path", CACHE_PATHS, indirect=True)
+def test_no_duplicate_prompts_prefill_unchanged(tiny, cache_path, forward_rows, sampled_logits):
+    model, tok = tiny
+    kw = dict(max_new_tokens=16, temperature=1.0, seed=5, compile=cache_path)
+    off = generate(model, tok, TINY_PROMPTS, share_prefix=False, **kw)
+    off_forwards, off_logits = list(forward_rows), list(sampled_logits)
+    forward_rows.clear()
+    sampled_logits.clear()
+    on = generate(model, tok, TINY_PROMPTS, **kw)
+    assert forward_rows == off_forwards and forward_rows[0][0] == len(TINY_PROMPTS)
+    assert len(sampled_logits) == len(off_logits) and all(map(torch.equal, sampled_logits, off_logits))
+    assert [c.token_ids for c in on] == [c.token_ids for c in off]
+
+
+def test_duplicates_found_anywhere_in_the_batch(tiny, forward_rows):
+    """Sharing needs no argument: repeated prompts that are not adjacent (or come as ids) are found too."""
+    from distlab.recipes.lm.generate import distinct_prompts, generate_from_ids
+
+    assert distinct_prompts([[1, 2], [3], [1, 2], [1], [3]]) == ([0, 1, 3], [0, 1, 0, 2, 1])
+    model, tok = tiny
+    prompts = ["abc", "x", "abc", "0123456789", "x"]
+    shared = generate(model, tok, prompts, max_new_tokens=10, temperature=0)
+    assert _prefill_rows(forward_rows) == 3
+    ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    by_ids = generate_from_ids(model, tok, ids, max_new_tokens=10, temperature=0, n=2)
+    assert _prefill_rows(forward_rows) == 3
+    single = generate(model, tok, ["abc", "x", "0123456789"], max_new_tokens=10, temperature=0)
+    expected = [single[i].token_ids for i in (0, 1, 0, 2, 1)]
+    assert [c.token_ids for c in shared] == expected
+    assert [c.token_ids for c in by_ids] == [t for t in expected for _ in range(2)]
+
+
+LONG_PROMPT = "0123456789" * 15  # 150 tokens with the tiny byte-level tokenizer
+
+
+@pytest.mark.parametrize("cache_path", ["static"], indirect=True)
+def test_fixed_cache_shape_reuses_one_static_cache(tiny, cache_path):
+    from distlab.recipes.lm.generate import STATIC_LENGTH_BUCKET, max_prompt_tokens
+
+    model, tok = tiny
+    short, long = ["abc", "x"], [LONG_PROMPT, "def f(x):\n    return", "x"]
+    longest = max_prompt_tokens(tok, short + long)
+    assert longest == 150
+    held = lambda: model.__dict__["_distlab_static_cache"]  # noqa: E731
+    kw = dict(max_new_tokens=8, temperature=0, n=2, compile=True)
+
+    generate(model, tok, short, **kw)
+    key_short, cache_short = held()
+    generate(model, tok, long, **kw)
+    assert held()[0] != key_short  # unfixed: each call's own (rows, length), a recompilation on a GPU
+    assert key_short[:2] == (4, STATIC_LENGTH_BUCKET) and held()[0][:2] == (6, 2 * STATIC_LENGTH_BUCKET)
+
+    fixed = dict(kw, max_prompt_length=longest, batch_rows=6)
+    a = generate(model, tok, short, **fixed)
+    key, cache = held()
+    b = generate(model, tok, long, **fixed)
+    assert held()[0] == key == (6, 2 * STATIC_LENGTH_BUCKET, key_short[2], key_short[3])
+    assert held()[1] is cache
+    # the padding rows are invisible and the tokens are those of the dynamic-cache path
+    assert len(a) == 4 and len(b) == 6
+    ref = generate(model, tok, short + long, max_new_tokens=8, temperature=0, n=2, compile=False)
+    assert [c.token_ids for c in a + b] == [c.token_ids for c in ref]
+    assert [c.prompt_index for c in b] == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("cache_path", ["static"], indirect=True)
+def test_fixed_cache_shape_exceeded_warns_and_still_runs(tiny, cache_path, caplog):
+    model, tok = tiny
+    kw = dict(max_new_tokens=8, temperature=0, compile=True)
+    with caplog.at_level("WARNING", logger="distlab"):
+        out = generate(model, tok, [LONG_PROMPT, "x", "abc"], max_prompt_length=20, batch_rows=2, **kw)
+    assert "exceeds max_prompt_length=20" in caplog.text and "exceed batch_rows=2" in caplog.text
+    assert model.__dict__["_distlab_static_cache"][0][:2] == (3, 256)
+    ref = generate(model, tok, [LONG_PROMPT, "x", "abc"], max_new_tokens=8, temperature=0, compile=False)
+    assert [c.token_ids for c in out] == [c.token_ids for c in ref]
+    with pytest.raises(DistlabError, match="batch_rows must be >= 1"):
+        generate(model, tok, ["x"], batch_rows=0, **kw)

@@ -12,6 +12,24 @@
   later rollouts of the same batch size reuse the captured graph. Without ``compile`` a growing
   ``DynamicCache`` is used, and on CPU rows that have finished are dropped from the batch.
 
+Prefix sharing (``static``, ``share_prefix=True`` by default): a rollout asks for G samples of each
+prompt, i.e. G identical rows. Rows with identical prompt token ids are found in the batch itself (no
+argument from the caller), each distinct prompt is prefilled once and its keys/values and last logits
+are copied to all of its rows (``DynamicCache.batch_select_indices``; for a ``StaticCache`` the rows
+are written into its layers with ``Cache.update``). Only the prefill is shared: every row then samples
+its own tokens. Models with sliding-window layers on the ``StaticCache`` path prefill every row, as the
+scratch cache of the shared prefill would keep only the window.
+
+One compiled graph per run (``static`` with ``compile``): the graph is specialised on the cache's
+(rows, length), and each new shape costs a recompilation and capture (35-39 s on a GPU). By default the
+shape follows each call (prompt length + ``max_new_tokens`` rounded up to 128, rows = prompts x n),
+so a rollout with a longer prompt or fewer prompts recompiles. A caller that passes
+``max_prompt_length`` (the longest prompt of its whole task set, see :func:`max_prompt_tokens`) and
+``batch_rows`` (the rows of its largest call) fixes the shape for the run: the cache is sized for
+``max_prompt_length + max_new_tokens`` and smaller batches are padded with finished rows (copies of
+the first prompt, so prefix sharing prefills them for free). A call that exceeds either still runs, on
+a larger cache, and logs a warning. Both are ignored where no ``StaticCache`` is used.
+
 Greedy decoding (``temperature=0``) gives the same tokens with either backend; sampling is
 reproducible for a given ``seed`` within a backend. All completions of one call are padded into one
 batch, so call it with every prompt x G sample of a rollout at once.
@@ -19,7 +37,9 @@ batch, so call it with every prompt x G sample of a rollout at once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -30,6 +50,24 @@ from distlab.recipes.lm.sampling import sample_next
 from distlab.recipes.lm.stops import Completion, decode, finish, first_stop, stop_window_tokens
 
 BACKENDS = ("hf", "hf-static", "static")
+
+log = logging.getLogger("distlab")
+
+
+@dataclass(frozen=True)
+class StaticOptions:
+    """The ``static`` backend's settings, carried together from :func:`generate` to the decode loop."""
+
+    compile: bool | None = None
+    share_prefix: bool = True
+    max_prompt_length: int | None = None
+    batch_rows: int | None = None
+
+    def check(self) -> None:
+        for name in ("max_prompt_length", "batch_rows"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise DistlabError(f"{name} must be >= 1 (or None), got {value}")
 
 
 def eos_token_ids(model, tokenizer) -> set[int]:
@@ -84,13 +122,19 @@ def generate(
     compile: bool | None = None,
     stop_check_every: int = 4,
     add_special_tokens: bool = False,
+    share_prefix: bool = True,
+    max_prompt_length: int | None = None,
+    batch_rows: int | None = None,
 ) -> list[Completion]:
     """Sample ``n`` completions of each prompt; results are ordered prompt-major (``prompt_index``).
 
     ``temperature == 0`` is greedy. ``seed`` (or a ``generator``, ``static`` backend only) makes the
     sampling reproducible without touching the global RNG. ``stop_strings`` end a completion when
     its decoded text contains one (checked every ``stop_check_every`` tokens, cut exactly afterwards).
-    ``compile`` (default: on for CUDA) applies to the ``static`` backend only.
+    ``compile`` (default: on for CUDA), ``share_prefix`` (prefill each distinct prompt once),
+    ``max_prompt_length`` and ``batch_rows`` (fix the compiled cache shape for a whole run: the longest
+    prompt in tokens, and the rows = prompts x ``n`` of the largest call) apply to the ``static`` backend
+    only; see the module docstring.
     """
     if isinstance(prompts, str):
         raise DistlabError("generate() takes a list of prompts, not one string")
@@ -99,8 +143,9 @@ def generate(
     if not prompt_list:
         return []
     input_ids, attention_mask, prompt_ids = encode_prompts(tokenizer, prompt_list, device, add_special_tokens)
+    options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows)
     return _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n, max_new_tokens, temperature,
-                            top_p, stop_strings, seed, generator, backend, compile, stop_check_every)
+                            top_p, stop_strings, seed, generator, backend, options, stop_check_every)
 
 
 def generate_from_ids(
@@ -118,6 +163,9 @@ def generate_from_ids(
     backend: str = "static",
     compile: bool | None = None,
     stop_check_every: int = 4,
+    share_prefix: bool = True,
+    max_prompt_length: int | None = None,
+    batch_rows: int | None = None,
 ) -> list[Completion]:
     """:func:`generate` for prompts already tokenised (multi-turn episodes that must not be re-tokenised)."""
     device = next(unwrap_model(model).parameters()).device
@@ -127,12 +175,22 @@ def generate_from_ids(
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
     input_ids, attention_mask = left_pad(rows, pad, device)
+    options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows)
     return _generate_padded(model, tokenizer, input_ids, attention_mask, rows, n, max_new_tokens, temperature,
-                            top_p, stop_strings, seed, generator, backend, compile, stop_check_every)
+                            top_p, stop_strings, seed, generator, backend, options, stop_check_every)
+
+
+def max_prompt_tokens(tokenizer, prompts: Sequence[str], add_special_tokens: bool = False) -> int:
+    """The longest prompt's length in tokens, tokenised as :func:`generate` does: what a run passes once as
+    ``max_prompt_length`` (over its whole task set) so that every rollout fits one compiled cache."""
+    enc = tokenizer(list(prompts), add_special_tokens=add_special_tokens)
+    return max((len(ids) for ids in enc["input_ids"]), default=0)
 
 
 def _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n, max_new_tokens, temperature, top_p,
-                     stop_strings, seed, generator, backend, compile, stop_check_every) -> list[Completion]:
+                     stop_strings, seed, generator, backend, options: StaticOptions,
+                     stop_check_every) -> list[Completion]:
+    options.check()
     if backend not in BACKENDS:
         raise DistlabError(f"unknown generation backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     if max_new_tokens < 1:
@@ -148,9 +206,8 @@ def _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n,
             if backend == "static":
                 if generator is None and seed is not None and temperature > 0:
                     generator = torch.Generator(device=device).manual_seed(seed)
-                use_compile = (device.type == "cuda") if compile is None else compile
-                rows = _static_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature,
-                                        top_p, stops, generator, eos, pad, use_compile, stop_check_every)
+                rows = _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, max_new_tokens,
+                                        temperature, top_p, stops, generator, eos, pad, options, stop_check_every)
             else:
                 rows = _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature,
                                     top_p, stops, seed, eos, pad, backend == "hf-static", stop_check_every)
@@ -201,29 +258,29 @@ def _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, te
     return out[:, prompt_len:].tolist()
 
 
-def _static_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature, top_p, stops,
-                     generator, eos, pad, use_compile, check_every) -> list[list[int]]:
+def _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, max_new_tokens, temperature, top_p,
+                     stops, generator, eos, pad, options: StaticOptions, check_every) -> list[list[int]]:
     from transformers import DynamicCache
 
     base = unwrap_model(model)
     device = input_ids.device
-    batch, prompt_len = input_ids.shape
+    real_rows, prompt_len = input_ids.shape
+    use_compile = (device.type == "cuda") if options.compile is None else options.compile
     static = use_compile  # a static cache only pays off when the decode step is a replayed graph
     if static:
-        # Round the cache length up so that rollouts of slightly different prompt lengths reuse one
-        # compiled graph (a new shape means a new compilation and capture).
-        total = -(-(prompt_len + max_new_tokens) // STATIC_LENGTH_BUCKET) * STATIC_LENGTH_BUCKET
+        batch, total = static_cache_shape(real_rows, prompt_len, max_new_tokens, options.max_prompt_length,
+                                          options.batch_rows)
+        input_ids, attention_mask, prompt_ids = _pad_rows(input_ids, attention_mask, prompt_ids, batch)
         cache = _reusable_static_cache(model, base.config, batch, total, device)
     else:
-        total = prompt_len + max_new_tokens
+        batch, total = real_rows, prompt_len + max_new_tokens
         cache = DynamicCache(config=base.config)
     mask = torch.ones(batch, total, dtype=attention_mask.dtype, device=device)
     mask[:, :prompt_len] = attention_mask
     positions = position_ids_from_mask(attention_mask)
 
     key = cache_keyword(model)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                   use_cache=True, logits_to_keep=1, **{key: cache}).logits[:, -1].float()
+    logits = _prefill(model, cache, input_ids, attention_mask, positions, prompt_ids, options.share_prefix)
     next_pos = positions[:, -1:] + 1
 
     step_fn = _compiled_decode_step(model) if use_compile else None
@@ -231,7 +288,7 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens
     tokens = torch.full((batch, max_new_tokens), pad, dtype=torch.long, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)  # tokens kept per row
     alive = torch.arange(batch, device=device)  # original row index of each row still in the batch
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    finished = alive >= real_rows  # rows padding the batch to its fixed size are done from the start
     window = stop_window_tokens(stops, check_every)
     on_cpu = device.type == "cpu"
 
@@ -262,7 +319,95 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens
             logits = model(input_ids=tok[:, None], attention_mask=mask[:, :cur], position_ids=next_pos,
                            use_cache=True, **{key: cache}).logits[:, -1].float()
         next_pos = next_pos + 1
-    return [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist())]
+    return [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist())][:real_rows]
+
+
+def distinct_prompts(prompt_ids: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """``(first, which)``: the row of each distinct prompt's first occurrence, and for every row the index
+    into ``first`` of its prompt. Found from the ids themselves, so any caller's repeated prompts share."""
+    seen: dict[tuple[int, ...], int] = {}
+    first: list[int] = []
+    which: list[int] = []
+    for row, ids in enumerate(prompt_ids):
+        key = tuple(ids)
+        if key not in seen:
+            seen[key] = len(first)
+            first.append(row)
+        which.append(seen[key])
+    return first, which
+
+
+def _prefill(model, cache, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
+             prompt_ids: Sequence[Sequence[int]], share: bool) -> torch.Tensor:
+    """Fills ``cache`` with every row's prompt and returns each row's fp32 next-token logits [B, V].
+
+    With ``share``, rows holding the same prompt (a rollout's G samples) are computed once: the prefill is
+    the one step whose cost grows with prompt length x rows, and identical rows give identical keys.
+    """
+    from transformers import DynamicCache
+
+    first, which = distinct_prompts(prompt_ids)
+    direct = isinstance(cache, DynamicCache)
+    if not share or len(first) == len(prompt_ids) or (not direct and _has_sliding_layers(cache)):
+        return _forward_prompts(model, cache, input_ids, attention_mask, positions)
+    device = input_ids.device
+    rows = torch.tensor(first, device=device)
+    expand = torch.tensor(which, device=device)
+    scratch = cache if direct else DynamicCache(config=unwrap_model(model).config)
+    logits = _forward_prompts(model, scratch, input_ids[rows], attention_mask[rows], positions[rows])
+    if direct:
+        cache.batch_select_indices(expand)  # the same row copy that drops finished rows, here repeating them
+    else:
+        for index, layer in enumerate(scratch.layers):  # written in place into the static layers' tensors
+            cache.update(layer.keys.index_select(0, expand), layer.values.index_select(0, expand), index)
+    return logits.index_select(0, expand)
+
+
+def _forward_prompts(model, cache, input_ids, attention_mask, positions) -> torch.Tensor:
+    """One forward over left-padded prompts into ``cache``; only the last position's logits are computed."""
+    key = cache_keyword(model)
+    return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                 use_cache=True, logits_to_keep=1, **{key: cache}).logits[:, -1].float()
+
+
+def _has_sliding_layers(cache) -> bool:
+    """A sliding-window layer of a scratch ``DynamicCache`` keeps only its window, which a static layer
+    cannot take as a prefill, so such models are prefilled row by row on the static path."""
+    return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
+
+
+def static_cache_shape(rows: int, prompt_len: int, max_new_tokens: int, max_prompt_length: int | None = None,
+                       batch_rows: int | None = None) -> tuple[int, int]:
+    """``(rows, length)`` of the ``StaticCache`` for a call: fixed by the caller's ``max_prompt_length`` and
+    ``batch_rows`` where the call fits them, else the call's own shape (with a warning, as it recompiles).
+
+    The length is rounded up to a multiple of ``STATIC_LENGTH_BUCKET`` so that callers fixing nothing still
+    reuse a graph across slightly different prompt lengths.
+    """
+    longest = prompt_len
+    if max_prompt_length is not None:
+        if prompt_len > max_prompt_length:
+            log.warning("generate: a prompt of %d tokens exceeds max_prompt_length=%d; a larger cache is "
+                        "allocated (and the decode step recompiled)", prompt_len, max_prompt_length)
+        longest = max(prompt_len, max_prompt_length)
+    if batch_rows is not None:
+        if rows > batch_rows:
+            log.warning("generate: %d rows exceed batch_rows=%d; a larger cache is allocated (and the decode "
+                        "step recompiled)", rows, batch_rows)
+        rows = max(rows, batch_rows)
+    length = -(-(longest + max_new_tokens) // STATIC_LENGTH_BUCKET) * STATIC_LENGTH_BUCKET
+    return rows, length
+
+
+def _pad_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_ids: Sequence[Sequence[int]],
+              rows: int) -> tuple[torch.Tensor, torch.Tensor, list[Sequence[int]]]:
+    """The batch grown to ``rows`` with copies of its first row: the cache keeps one shape, and a copied
+    prompt is prefilled for free by prefix sharing. The decode loop marks these rows finished."""
+    extra = rows - input_ids.shape[0]
+    if extra <= 0:
+        return input_ids, attention_mask, list(prompt_ids)
+    index = torch.cat([torch.arange(input_ids.shape[0]), torch.zeros(extra, dtype=torch.long)]).to(input_ids.device)
+    return input_ids[index], attention_mask[index], list(prompt_ids) + [prompt_ids[0]] * extra
 
 
 def _rows_with_stop(tokenizer, tokens: torch.Tensor, lengths: torch.Tensor, finished: torch.Tensor,
