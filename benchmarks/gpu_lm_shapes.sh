@@ -6,8 +6,8 @@ set -uo pipefail
 source benchmarks/device_setup.sh
 date -u
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-# $1: grpo | score | both; PICK: e.g. "grpo:0,1,3,6,7;score:0,3" (one 10-minute call for both)
-only=${1:?grpo|score|both}; [ "$only" = both ] && only=""
+# $1: grpo | score | precision | a comma list | both; PICK: e.g. "grpo:0,1,3,6,7;score:0,3" (one 10-minute call for both)
+only=${1:?grpo|score|precision|both}; [ "$only" = both ] && only=""
 timeout ${BUDGET:-560} python3 benchmarks/lm_shapes.py ${only:+--only $only} --pick "${PICK:-}" --extra "${EXTRA:-}" --steps ${STEPS:-3} \
   --timeout ${CASE_S:-100} --out $OUT 2>&1 | tail -40
 date -u

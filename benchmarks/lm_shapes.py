@@ -55,6 +55,10 @@ SCORE_CASES = [
     ("budget, cap 44.5 GiB", ["dist.activation_checkpointing=blocks", "optim.state_dtype=int8",
                               "models.reference.placement=offload", "models.target_critic.placement=cpu", "@cap"]),
 ]
+PRECISION_CASES = [  # issue 30 item 1: the same GRPO step with bf16 and with fp16 autocast (loss scaling)
+    ("bf16", ["models.policy.dtype=bf16"]),
+    ("fp16 (loss scaling)", ["dist.precision=fp16", "models.policy.dtype=fp16", "models.reference.dtype=fp16"]),
+]
 SMOKE = ["model.source=tiny:llama-2l", "dist.precision=fp32", "sampling.max_completion_length=16",
          "sandbox.workers=2"]
 
@@ -68,6 +72,14 @@ def measure(run_dir: Path) -> dict:
     out["peak_gib"] = {k.removeprefix("peak_mem_gib_"): max(r[k] for r in train if k in r) for k in keys}
     if len(train) >= 2 and train[-1]["step"] > train[0]["step"]:
         out["step_s"] = (train[-1]["time"] - train[0]["time"]) / (train[-1]["step"] - train[0]["step"])
+    steady = train[1:] or train  # the first step holds the warm-up
+    for key in ("generate_s", "ref_logprobs_s", "update_s"):  # where a step's time goes
+        values = [r[key] for r in steady if key in r]
+        if values:
+            out[key] = sum(values) / len(values)
+    for key in ("grad_norm", "kl", "entropy", "amp/skipped_steps"):
+        if train and key in train[-1]:
+            out[key] = train[-1][key]
     return out
 
 
@@ -99,8 +111,9 @@ def run_case(name: str, args: list[str], runs: Path, timeout: float, cap_gib: fl
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: " + _last_line(proc.stderr + proc.stdout)
-    except subprocess.TimeoutExpired:
-        status = f"timed out after {timeout:.0f} s"
+    except subprocess.TimeoutExpired as exc:  # what it printed last says where it was
+        said = b"".join(x for x in (exc.stderr, exc.stdout) if isinstance(x, bytes)).decode(errors="replace")
+        status = f"timed out after {timeout:.0f} s; last said: " + _last_line(said)
     row = {"case": name, "status": status, "wall_s": round(time.time() - t0, 1), "command": " ".join(full),
            "host_rss_gib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20}
     try:
@@ -116,9 +129,15 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else "no output"
 
 
+def _split(row: dict) -> str:
+    parts = [row.get(k) for k in ("generate_s", "ref_logprobs_s", "update_s")]
+    return " / ".join(f"{x:.2f}" for x in parts) if all(isinstance(x, float) for x in parts) else ""
+
+
 def table(title: str, rows: list[dict]) -> str:
     out = [f"### {title}", "", "| configuration | peak GiB (measured) | doctor's estimate GiB | error | step s | "
-           "host RSS GiB (max so far) | status |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+           "split: generate / ref / update s | host RSS GiB (max so far) | status |",
+           "| --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
     for r in rows:
         peak = r.get("peak_gib") or {}
         dev = next(iter(peak), None)
@@ -126,14 +145,15 @@ def table(title: str, rows: list[dict]) -> str:
         est = (r.get("estimate_gib") or {}).get(dev or "cuda0")
         err = f"{(est - measured) / measured:+.0%}" if measured and isinstance(est, float) else ""
         cells = [r["case"], f"{measured:.2f}" if measured else "", f"{est:.2f}" if isinstance(est, float) else "",
-                 err, f"{r['step_s']:.2f}" if r.get("step_s") else "", f"{r['host_rss_gib']:.1f}", r["status"]]
+                 err, f"{r['step_s']:.2f}" if r.get("step_s") else "", _split(r), f"{r['host_rss_gib']:.1f}",
+                 r["status"]]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=["grpo", "score"], default=None)
+    p.add_argument("--only", default="", help="comma-separated suites: grpo, score, precision (default: all)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--extra", default="", help="overrides added to every case, e.g. sampling.backend=hf")
     p.add_argument("--timeout", type=float, default=150.0, help="seconds per case")
@@ -148,10 +168,11 @@ def main() -> int:
     gpu = [] if a.smoke else ["--gpus", "1"]
     suites = {"grpo": (GRPO, GRPO_CASES, "GRPO step, Qwen2.5-1.5B shape (random weights), 64 completions x 256"),
               "score": (SCORE, SCORE_CASES, "SCoRe step, Llama-3.2-3B shape (random weights), policy + reference + "
-                                            "frozen guidance + critics, 16 episodes x 128")}
+                                            "frozen guidance + critics, 16 episodes x 128"),
+              "precision": (GRPO, PRECISION_CASES, "GRPO step, Qwen2.5-1.5B shape (random weights): bf16 vs fp16")}
     sections, raw = [], {}
     for key, (base, cases, title) in suites.items():
-        if a.only not in (None, key):
+        if a.only and key not in a.only.split(","):
             continue
         picks = dict(part.split(":") for part in a.pick.split(";") if ":" in part)
         if key in picks:
