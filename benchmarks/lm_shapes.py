@@ -28,7 +28,7 @@ from mem_options import _commit, _device  # the same header as the other memory 
 GRPO = ["train", "grpo", "model.source=random:qwen2.5-1.5b", "model.prompt_mode=text", "prompts_per_step=8",
         "num_generations=8", "micro_batch_size=8", "sampling.max_completion_length=256", "task.train_size=64",
         "task.eval_size=8", "evaluation.before=false", "dist.precision=bf16", "models.reference.dtype=bf16",
-        "beta=0.04", "lr=1e-6", "log.every=1", "log.progress=false", "ckpt.every=0", "sandbox.workers=8"]
+        "beta=0.04", "lr=1e-6", "log.every=1", "log.progress=false", "ckpt.every=0", "ckpt.at_end=false", "sandbox.workers=8"]
 GRPO_CASES = [
     ("baseline", []),
     ("activation_checkpointing=blocks", ["dist.activation_checkpointing=blocks"]),
@@ -46,7 +46,7 @@ SCORE = ["train", "score", "model.source=random:llama-3.2-3b", "model.prompt_mod
          "num_generations=4", "micro_batch_size=4", "sampling.max_completion_length=128", "hint_max_tokens=32",
          "task.train_size=32", "task.eval_size=4", "evaluation.before=false", "dist.precision=bf16",
          "models.reference.dtype=bf16", "models.guidance.dtype=bf16", "guidance=frozen", "advantage=critic",
-         "beta1=0.01", "lr=1e-6", "log.every=1", "log.progress=false", "ckpt.every=0", "sandbox.workers=8"]
+         "beta1=0.01", "lr=1e-6", "log.every=1", "log.progress=false", "ckpt.every=0", "ckpt.at_end=false", "sandbox.workers=8"]
 SCORE_CASES = [
     ("all on the GPU", []),
     ("AC + int8", ["dist.activation_checkpointing=blocks", "optim.state_dtype=int8"]),
@@ -54,6 +54,14 @@ SCORE_CASES = [
                                        "models.reference.placement=offload"]),
     ("budget, cap 44.5 GiB", ["dist.activation_checkpointing=blocks", "optim.state_dtype=int8",
                               "models.reference.placement=offload", "models.target_critic.placement=cpu", "@cap"]),
+    ("budget + FSDP2 CPU offload, cap 44.5 GiB", ["dist.activation_checkpointing=blocks", "optim.state_dtype=int8",
+                                                  "models.reference.placement=offload",
+                                                  "models.target_critic.placement=cpu", "dist.wrap=fsdp",
+                                                  "dist.cpu_offload=true", "@cap"]),
+    ("budget + guidance on the CPU, cap 44.5 GiB", ["dist.activation_checkpointing=blocks", "optim.state_dtype=int8",
+                                                    "models.reference.placement=offload",
+                                                    "models.target_critic.placement=cpu",
+                                                    "models.guidance.placement=cpu", "@cap"]),
 ]
 PRECISION_CASES = [  # issue 30 item 1: the same GRPO step with bf16 and with fp16 autocast (loss scaling)
     ("bf16", ["models.policy.dtype=bf16"]),

@@ -117,6 +117,7 @@ class DistConfig:
 @dataclass
 class CkptConfig:
     every: int = 0  # steps between checkpoints; 0 = only at the end
+    at_end: bool = True  # false: no checkpoint when training ends (throw-away benchmark runs); a stop signal still saves
     keep_last: int = 3
     async_save: bool = False
     verify: str = "hash"  # hash | size: how a checkpoint is checked before it is trusted

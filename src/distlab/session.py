@@ -238,7 +238,8 @@ class Session:
         ``steps`` in a local: its config stays what the user asked for.
         """
         stop, steps = self.stop_or_end(step, steps)
-        self.checkpoint(step, last=stop or step == steps)
+        # ckpt.at_end=false skips only the natural end (a benchmark's); a stop still saves so the run resumes
+        self.checkpoint(step, last=stop or (step == steps and self.cfg.ckpt.at_end))
         return stop, steps
 
     # -- end --------------------------------------------------------------------------------

@@ -43,6 +43,17 @@ def test_without_a_cadence_only_the_last_step_is_saved(tmp_path):
     assert _saved(s) == [4]
 
 
+def test_at_end_false_skips_only_the_natural_end(tmp_path):
+    s = _session(tmp_path, every=2)
+    s.cfg.ckpt.at_end = False
+    assert [s.end_step(step, 5) for step in range(1, 6)] == [(False, 5)] * 5
+    assert _saved(s) == [2, 4]  # the cadence still saves; step 5, the end, does not
+    s2 = _session(tmp_path / "stopped", stop_at=3)
+    s2.cfg.ckpt.at_end = False
+    assert s2.end_step(3, 10) == (True, 10)
+    assert _saved(s2) == [3]  # a stop saves, so the run can resume
+
+
 def test_time_limit_lowers_steps_and_ends_normally(tmp_path):
     s = _session(tmp_path, time_limit_s=0.05)
     assert s.end_step(1, 10) == (False, 10)  # within the limit: nothing changes
