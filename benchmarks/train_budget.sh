@@ -10,7 +10,7 @@ DATA=${DATA:-data/sudoku-hard-1k-aug50}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
 mkdir -p "$OUT"
-NAME=budget-$PRESET
+NAME=${NAME:-budget-$PRESET}
 echo "=== [$(date +%T)] $PRESET for ${SECONDS_BUDGET}s on $DATA"
 # constant lr after a 100-step warm-up (both presets decay nothing), so cutting the run at the time limit
 # leaves the schedule as published; steps is only an upper bound
