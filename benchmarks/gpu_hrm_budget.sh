@@ -5,7 +5,7 @@
 # One run per device call (a 380 s budget, its compilation and the evaluations fit one 10-minute command).
 # Usage (repo root, on the device): bash benchmarks/gpu_hrm_budget.sh PRESET SEED AUG [key=value ...]
 #   AUG: augmented copies per training puzzle (50 or 1000); the test split is the same for every AUG and seed.
-#   env: BUDGET_S (380), K (16), NOISE (init), NOISE_SCALE (0.1)
+#   env: BUDGET_S (380), K (16), NOISE (init), NOISE_SCALE (0.1), VOTE (1; 0 skips the vote re-evaluation)
 set -uo pipefail
 source benchmarks/device_setup.sh
 PRESET=$1; SEED=$2; AUG=$3; shift 3
@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader; git log --oneline -1 2>/dev/n
   --num-aug "$AUG" --workers 16 || exit 1
 NAME=$TAG DATA=$DATA bash benchmarks/train_budget.sh "$PRESET" "$BUDGET_S" "$OUT/$TAG" run.seed="$SEED" \
   eval.samples="$K" eval.select=q eval.noise="${NOISE:-init}" eval.noise_scale="${NOISE_SCALE:-0.1}" "$@"
-python3 -m distlab.cli eval "runs/$TAG" eval.samples="$K" eval.select=vote eval.noise="${NOISE:-init}" \
+[ "${VOTE:-1}" = 1 ] && python3 -m distlab.cli eval "runs/$TAG" eval.samples="$K" eval.select=vote eval.noise="${NOISE:-init}" \
   eval.noise_scale="${NOISE_SCALE:-0.1}" --output "/tmp/vote-$TAG" > "$OUT/$TAG/vote.log" 2>&1
 echo "vote eval exit $?"
 cp "/tmp/vote-$TAG/eval.json" "$OUT/$TAG/vote_eval.json" 2>/dev/null  # at most 8 files come back

@@ -103,6 +103,33 @@ def estimate(args: list[str]) -> dict:
     return {r["device"].replace(":", ""): r["total"] / 2**30 for r in rows}
 
 
+def estimate_as_gpu(args: list[str], gpu_gib: float = 139.8) -> dict:
+    """The doctor's per-device totals (GiB) for ``args`` as on one GPU, computed here without one: the memory
+    model is arithmetic on the config, so a CPU machine recomputes a GPU row's estimate at any commit."""
+    from distlab.config import resolve_config
+    from distlab.doctor.memory import plan_devices
+    from distlab.memory_estimate import recipe_specs
+    from distlab.recipe import load_recipe
+
+    recipe = load_recipe(args[1])
+    overrides = [a for a in args[2:] if "=" in a and not a.startswith(("run.", "log.")) and a != "@cap"]
+    specs = recipe_specs(recipe, resolve_config(recipe, [], overrides))
+    plan = plan_devices(specs if isinstance(specs, list) else [specs], {0: int(gpu_gib * 2**30)}, 128 * 2**30, 1)
+    return {r["device"].replace(":", ""): r["total"] / 2**30 for r in plan["per_device"]}
+
+
+def re_estimate(path: Path) -> str:
+    """Measured rows of an earlier ``lm_shapes.jsonl`` beside the doctor's estimate at this commit."""
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    by_suite: dict[str, list[dict]] = {}
+    for r in rows:
+        args = [a for a in r["command"].split() if not a.startswith("--gpus") and a != "1"]
+        r["estimate_gib"] = estimate_as_gpu(args)
+        by_suite.setdefault(r.get("suite", "?"), []).append(r)
+    head = f"estimates recomputed at commit {_commit()} (measured rows from {path.name})"
+    return head + "\n\n" + "\n\n".join(table(k, v) for k, v in by_suite.items()) + "\n"
+
+
 def run_case(name: str, args: list[str], runs: Path, timeout: float, cap_gib: float) -> dict:
     run_name = "".join(c if c.isalnum() else "-" for c in name)[:60]
     capped = "@cap" in args
@@ -170,7 +197,12 @@ def main() -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--pick", default="", help="grpo:0,1,7;score:0,3 = only these cases (indices) of each suite")
     p.add_argument("--smoke", action="store_true", help="tiny model on the CPU, two cases: checks this script")
+    p.add_argument("--re-estimate", nargs="+", default=[], metavar="JSONL",
+                   help="no runs: print earlier results beside the doctor's estimate at this commit")
     a = p.parse_args()
+    if a.re_estimate:
+        print("\n".join(re_estimate(Path(f)) for f in a.re_estimate))
+        return 0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     gpu = [] if a.smoke else ["--gpus", "1"]

@@ -23,3 +23,22 @@ def test_trained_weights_count_four_bytes_and_checkpointing_shrinks_activations(
 def test_cpu_offload_moves_the_trained_state_to_the_host():
     assert _policy().placement == "device"
     assert _policy("models.policy.wrap=fsdp", "dist.cpu_offload=true").placement == "offload"
+
+
+def _specs(*overrides):
+    recipe = load_recipe("grpo")
+    return recipe_specs(recipe, resolve_config(recipe, [], ["model.source=random:qwen2.5-0.5b", *overrides]))
+
+
+def test_a_narrow_policy_dtype_adds_its_sampling_copy_and_keeps_activations_in_the_autocast_dtype():
+    plain = {s.name: s for s in _specs("dist.precision=bf16")}
+    narrow = {s.name: s for s in _specs("dist.precision=bf16", "models.policy.dtype=bf16")}
+    assert "policy (sampling copy)" not in plain  # fp32 weights are sampled from directly
+    copy = narrow["policy (sampling copy)"]
+    assert copy.param_dtype_bytes == 2 and copy.trainable_params == 0 and copy.params == plain["policy"].params
+    # the training activations are bf16 either way; only the rollout KV cache narrows with the copy's dtype
+    assert narrow["policy"].activation_bytes_per_example < plain["policy"].activation_bytes_per_example
+    fp32 = {s.name: s for s in _specs("dist.precision=fp32")}
+    assert fp32["policy"].activation_bytes_per_example > plain["policy"].activation_bytes_per_example
+    for no_copy in (("model.lora_r=8",), ("models.policy.wrap=fsdp",)):  # LoRA and FSDP2 sample the model itself
+        assert "policy (sampling copy)" not in {s.name for s in _specs("models.policy.dtype=bf16", *no_copy)}

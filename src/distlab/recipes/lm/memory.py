@@ -67,6 +67,8 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
     specs = []
     recompute = cfg.model.gradient_checkpointing or str(getattr(cfg.dist.activation_checkpointing, "value",
                                                                 cfg.dist.activation_checkpointing)) != "none"
+    # activations are stored in the autocast dtype (dist.precision), whatever the weights' dtype
+    act_width = 4 if str(getattr(cfg.dist.precision, "value", cfg.dist.precision)) == "fp32" else 2
     for name in names:
         settings = cfg.models[name]
         width = BYTES[settings.dtype]
@@ -77,7 +79,7 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
             kv = 2 * s["layers"] * s["kv_width"] * seq * width
             # a recomputed layer keeps only its input in backward; otherwise ~34 values per hidden unit and token
             per_layer = s["hidden"] * seq * (2 if recompute else 34)
-            train_act = per_layer * s["layers"] * width // 2 * cfg.micro_batch_size
+            train_act = per_layer * s["layers"] * act_width * cfg.micro_batch_size
             logits = min(cfg.logprob_chunk, seq) * s["vocab"] * 4 * 3
             # per rollout: its KV cache during sampling, plus its share of one micro-batch and one logits chunk
             act = kv + (train_act + logits) // rollouts
@@ -89,4 +91,15 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
                                optimizer="adamw" if trainable else "none",
                                placement=_home(cfg, name),
                                wrap=str(getattr(settings.wrap, "value", settings.wrap))))
+        if _has_sampling_copy(settings, cfg, width):
+            where = settings.placement if str(settings.placement).startswith("cuda") else "device"
+            specs.append(ModelSpec(f"{name} (sampling copy)", s["params"], trainable_params=0,
+                                   param_dtype_bytes=width, placement=where, optimizer="none"))
     return specs
+
+
+def _has_sampling_copy(settings: Any, cfg: Any, width: int) -> bool:
+    """A fully trained model with ``dtype`` narrower than fp32 and not FSDP-sharded keeps a second set of weights
+    in that dtype for generation (``models.SamplingCopy``), beside the trained weights."""
+    wrap = str(getattr(settings.wrap, "value", settings.wrap))
+    return settings.trainable and cfg.model.lora_r <= 0 and width < 4 and wrap != "fsdp"
