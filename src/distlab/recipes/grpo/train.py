@@ -28,7 +28,7 @@ from distlab.placement import DTYPES, compute_device
 from distlab.recipes.grpo.config import GRPOConfig
 from distlab.recipes.lm.batching import by_length, micro_batches, sequences
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, logged_evaluation, paired_fields
-from distlab.recipes.lm.generate import generate
+from distlab.recipes.lm.generate import generate, max_prompt_tokens
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.recipes.lm.loop import run_steps
 from distlab.recipes.lm.models import SamplingCopy, gathered, load_placed
@@ -72,7 +72,9 @@ def train(cfg: GRPOConfig, session) -> dict:
     parts = Parts(policy, sampling, reference, opt, tok, few_shot, scorer,
                   RewardFunctions(cfg.reward_funcs, cfg.reward_weights, mode=cfg.model.prompt_mode,
                                   max_len=cfg.sampling.max_completion_length, overlong_buffer=cfg.overlong_buffer,
-                                  timeout_s=cfg.reward_timeout_s, pool=scorer.pool))
+                                  timeout_s=cfg.reward_timeout_s, pool=scorer.pool),
+                  max_prompt_length=max_prompt_tokens(
+                      tok, [prompt_text(t, tok, cfg.model.prompt_mode, few_shot) for t in tasks]))
 
     def one_step(step: int) -> dict:
         return grpo_step(cfg, session, parts, [tasks[i] for i in sampler.next()], step, tasks)
@@ -98,6 +100,7 @@ class Parts:
     few_shot: list[Task]
     scorer: RewardScorer
     rewards: RewardFunctions
+    max_prompt_length: int | None = None  # the task set's longest prompt: one compiled decode graph per run
 
 
 def rollout(cfg: GRPOConfig, parts: Parts, tasks: list[Task], prompts: list[str], seed: int):
@@ -110,7 +113,8 @@ def rollout(cfg: GRPOConfig, parts: Parts, tasks: list[Task], prompts: list[str]
             part = generate(parts.sampling.module, parts.tok, prompts[start:start + chunk],
                             max_new_tokens=cfg.sampling.max_completion_length, temperature=cfg.sampling.temperature,
                             top_p=cfg.sampling.top_p, stop_strings=stops, seed=seed + start, n=cfg.num_generations,
-                            backend=cfg.sampling.backend)
+                            backend=cfg.sampling.backend, max_prompt_length=parts.max_prompt_length,
+                            batch_rows=chunk * cfg.num_generations)
             for c in part:
                 c.prompt_index += start
                 task = tasks[c.prompt_index]
