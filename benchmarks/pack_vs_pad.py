@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--completion-max", type=int, default=512)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--attn", default="sdpa", help="model.attn_implementation: sdpa (dense packing mask) or "
+                                                   "flex_attention (document block mask; needs a GPU for backward)")
     p.add_argument("--out", default=os.environ.get("OUT", ""))
     p.add_argument("--smoke", action="store_true", help="tiny model on the CPU, short rows")
     a = p.parse_args(argv)
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         a.repeats = 1
     results = []
     for source in sources:
-        model, _ = load_causal_lm(source, dtype="fp32", device=device)
+        model, _ = load_causal_lm(source, dtype="fp32", device=device, attn_implementation=a.attn)
         model.train()
         vocab = min(model.config.vocab_size, 259)  # the byte tokenizer's ids: inside every vocabulary
         rows = draw_rows(a.rows, a.seed, a.prompt_min, a.prompt_max, a.completion_median, a.completion_max, vocab)
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     head = (f"date -u: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\ncommit: {_commit()}\n"
             f"device: {_device() if device.type == 'cuda' else 'cpu'}\ntorch: {torch.__version__}\n"
             f"rows: {a.rows}, micro-batch {a.micro_batch}, prompts U[{a.prompt_min},{a.prompt_max}], completions "
-            f"log-normal median {a.completion_median} capped at {a.completion_max}, bf16 autocast, fp32 weights")
+            f"log-normal median {a.completion_median} capped at {a.completion_max}, bf16 autocast, fp32 weights, "
+            f"attention {a.attn}")
     lines = [head, "", "| model | mode | pass s | vs padded | peak GiB | slots | padding share | micro-batches |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:

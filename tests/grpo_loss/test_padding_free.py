@@ -46,3 +46,39 @@ def test_packed_logprobs_entropies_and_gradients_equal_the_padded_ones():
     torch.testing.assert_close(eb, ea, rtol=0, atol=1e-5)
     for x, y in zip(ga, gb):
         torch.testing.assert_close(y, x, rtol=1e-4, atol=1e-4)
+
+
+def _flex_pair(device: str):
+    dense_model, tok = load_causal_lm("tiny:llama-2l", device=device)
+    flex_model, _ = load_causal_lm("tiny:llama-2l", device=device, attn_implementation="flex_attention")
+    flex_model.load_state_dict(dense_model.state_dict())
+    return dense_model, flex_model, [t.to(device) for t in _batch(tok)]
+
+
+def test_flex_attention_document_masks_give_the_padded_results():
+    """model.attn_implementation=flex_attention packs with a BlockMask built from document ids (no dense mask).
+    Forward only: FlexAttention has no backward on CPU (the gradients are compared on CUDA below)."""
+    dense_model, flex_model, (ids, attn, comp) = _flex_pair("cpu")
+    rows = pack_rows(attn)
+    block, dense = rows.block_mask(), rows.mask[:, 0]
+    assert block.shape[0] == dense.shape[0] == 3
+    r, q, k = torch.meshgrid(*(torch.arange(n) for n in dense.shape), indexing="ij")
+    assert torch.equal(block.mask_mod(r, 0, q, k), dense)  # the same mask at every (row, query, key)
+    with torch.no_grad():
+        a, ea = token_logprobs(dense_model, ids, attn, comp, chunk_tokens=5, with_entropy=True)
+        b, eb = token_logprobs(flex_model, ids, attn, comp, chunk_tokens=5, with_entropy=True, pack=True)
+    assert int((b != 0).sum()) == int(comp.sum())
+    torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+    torch.testing.assert_close(eb, ea, rtol=0, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward needs a GPU")
+def test_flex_attention_document_masks_give_the_padded_gradients_on_cuda():
+    dense_model, flex_model, (ids, attn, comp) = _flex_pair("cuda")
+    grads = []
+    for model, pack in ((dense_model, False), (flex_model, True)):
+        logp, ent = token_logprobs(model, ids, attn, comp, chunk_tokens=5, with_entropy=True, pack=pack)
+        (logp.sum() + ent.sum()).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for x, y in zip(*grads):
+        torch.testing.assert_close(y, x, rtol=1e-3, atol=1e-3)

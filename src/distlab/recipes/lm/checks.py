@@ -88,8 +88,8 @@ def check_settings(cfg: Any) -> None:
 
     check_sampling(cfg.sampling)
     check_evaluation(cfg.evaluation)
-    if cfg.padding_free and cfg.model.attn_implementation not in ("sdpa", "eager"):
+    if cfg.padding_free and cfg.model.attn_implementation not in ("sdpa", "eager", "flex_attention"):
         raise DistlabError(f"padding_free=true keeps packed sequences apart with a block-diagonal attention mask, "
-                           f"which model.attn_implementation={cfg.model.attn_implementation} does not take; use sdpa "
-                           f"or eager, or padding_free=false")
+                           f"which model.attn_implementation={cfg.model.attn_implementation} does not take; use sdpa, "
+                           f"eager or flex_attention (document masks), or padding_free=false")
     check_sandbox(cfg.sandbox)

@@ -120,8 +120,10 @@ def token_logprobs(
     mask = score_mask(attention_mask, completion_mask, start)
     if pack:
         rows = pack_rows(attention_mask)
-        out = _scores(model, head, _to_packed(input_ids, rows, 0), _to_packed(mask, rows, False), rows.mask,
-                      rows.positions, chunk_tokens, temperature, with_entropy)
+        flex = getattr(cfg, "_attn_implementation", None) == "flex_attention"
+        out = _scores(model, head, _to_packed(input_ids, rows, 0), _to_packed(mask, rows, False),
+                      rows.block_mask() if flex else rows.mask, rows.positions, chunk_tokens, temperature,
+                      with_entropy)
         out = out[rows.row, rows.col].reshape(*input_ids.shape, -1) * attention_mask[..., None]
         return out[..., 0], (out[..., 1] if with_entropy else None)
     out = _scores(model, head, input_ids, mask, attention_mask, position_ids_from_mask(attention_mask), chunk_tokens,
@@ -168,8 +170,29 @@ class PackedRows:
     row: torch.Tensor  # [B * T] packed row of each (b, t); padding points at a padding slot
     col: torch.Tensor  # [B * T]
     positions: torch.Tensor  # [R, T] position within its own sequence
-    mask: torch.Tensor  # [R, 1, T, T] bool: causal and within one sequence (a padding slot sees itself)
+    doc: torch.Tensor  # [R, T] which sequence fills each slot (-1: an empty slot)
     real: torch.Tensor  # [B * T] bool: a real token, not padding
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """[R, 1, T, T] bool for SDPA/eager attention: causal and within one sequence (an empty slot sees itself)."""
+        doc, width = self.doc, self.doc.shape[1]
+        same = (doc[:, :, None] == doc[:, None, :]) & (doc[:, :, None] >= 0)
+        eye = torch.eye(width, dtype=torch.bool, device=doc.device)
+        return (torch.tril(same) | eye)[:, None]
+
+    def block_mask(self):
+        """The same mask as a FlexAttention ``BlockMask`` built from the document ids: the [R, T, T] tensor never
+        exists, and blocks that cross sequences are skipped rather than computed and masked."""
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        doc = self.doc
+
+        def same_document(b, h, q, kv):
+            return ((doc[b, q] == doc[b, kv]) & (kv <= q) & (doc[b, q] >= 0)) | (q == kv)
+
+        r, t = doc.shape
+        return create_block_mask(same_document, B=r, H=None, Q_LEN=t, KV_LEN=t, device=doc.device)
 
 
 def pack_rows(attention_mask: torch.Tensor) -> PackedRows:
@@ -199,9 +222,7 @@ def pack_rows(attention_mask: torch.Tensor) -> PackedRows:
         positions[r, c:c + length] = torch.arange(length)
         row[i], col[i, :length] = r, torch.arange(c, c + length)
         col[i, length:] = c + length - 1  # padding reads its sequence's last slot; the result is zeroed
-    same = (doc[:, :, None] == doc[:, None, :]) & (doc[:, :, None] >= 0)
-    mask = torch.tril(same) | torch.eye(width, dtype=torch.bool)[None]
-    return PackedRows(row.reshape(-1).to(dev), col.reshape(-1).to(dev), positions.to(dev), mask[:, None].to(dev),
+    return PackedRows(row.reshape(-1).to(dev), col.reshape(-1).to(dev), positions.to(dev), doc.to(dev),
                       attention_mask.bool().reshape(-1))
 
 
