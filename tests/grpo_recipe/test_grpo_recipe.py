@@ -39,6 +39,22 @@ def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("grpo")
 
 
+def test_a_run_cut_by_its_time_limit_continues_when_the_same_command_runs_again(workdir):
+    """Issue 29's runs longer than one device call: each call trains until run.time_limit_s, checkpoints and
+    evaluates; the same command again resumes the step count, the data order and the weights."""
+    args = ["train", "grpo", *TINY, "steps=2", "log_completions=1"]
+    run_cli([*args, "run.name=whole"], workdir)
+    for call in (1, 2):
+        run_cli([*args, "run.name=calls", "run.time_limit_s=0.001"], workdir)  # one step per call
+        assert summary(workdir / "runs" / "calls")["step"] == call
+    whole, calls = summary(workdir / "runs" / "whole"), summary(workdir / "runs" / "calls")
+    assert calls["status"] == "completed" and calls["param_checksum"] == whole["param_checksum"]
+    prompts = [[c["prompt"] for c in r["completions"]] for r in _rows(workdir / "runs" / "calls", "completions")]
+    assert prompts == [[c["prompt"] for c in r["completions"]] for r in _rows(workdir / "runs" / "whole",
+                                                                                 "completions")]
+    assert [r["step"] for r in _rows(workdir / "runs" / "calls")] == [1, 2]
+
+
 def test_resume_draws_the_same_rollouts_and_ends_bitwise_equal(workdir):
     args = ["train", "grpo", *TINY, "steps=4", "beta=0.04"]
     run_cli([*args, "run.name=full"], workdir)
