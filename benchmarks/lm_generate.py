@@ -54,7 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--backends", default="hf,static", help=f"comma list of {', '.join(BACKENDS)}")
+    ap.add_argument("--backends", default="hf,static",
+                    help=f"comma list of {', '.join(BACKENDS)}; 'static-noshare' is static with every row prefilled "
+                         f"(no prefix sharing), to measure what sharing a prompt's prefill across its G samples saves")
     ap.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                     help="static backend: torch.compile + CUDA graphs (auto: on for CUDA)")
     ap.add_argument("--repeats", type=int, default=1, help="timed calls per backend (the median is reported)")
@@ -85,8 +87,10 @@ def _sync(device: torch.device) -> None:
 
 def run_backend(model, tok, prompts: list[str], backend: str, args, device: torch.device) -> dict:
     compile_flag = None if args.compile == "auto" else args.compile == "on"
+    label, share = backend, backend != "static-noshare"
+    backend = "static" if backend == "static-noshare" else backend
     kw = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, top_p=args.top_p, n=args.samples,
-              backend=backend, compile=compile_flag)
+              backend=backend, compile=compile_flag, **({} if share else {"share_prefix": False}))
     t0 = time.perf_counter()
     generate(model, tok, prompts, seed=args.seed, **kw)
     _sync(device)
@@ -104,7 +108,7 @@ def run_backend(model, tok, prompts: list[str], backend: str, args, device: torc
         truncated.append(sum(c.truncated for c in out) / len(out))
     i = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
     return {
-        "backend": backend,
+        "backend": label,
         # hf-static: transformers compiles the decode step itself on CUDA
         "compile": (backend == "static" and (compile_flag if compile_flag is not None else device.type == "cuda"))
         or (backend == "hf-static" and device.type == "cuda"),
