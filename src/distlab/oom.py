@@ -40,6 +40,9 @@ def device_text() -> str:
         return ""
     index = torch.cuda.current_device()
     total = torch.cuda.get_device_properties(index).total_memory / 2**30
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda _: 1.0)(index)  # torch >= 2.x only
+    if fraction < 1.0:  # a capped process (set_per_process_memory_fraction) may use only its share
+        return f"cuda:{index} allows this process {total * fraction:.1f} of its {total:.1f} GiB"
     return f"cuda:{index} has {total:.1f} GiB"
 
 

@@ -50,3 +50,19 @@ def test_fsdp_divides_the_static_part_only():
     assert (ddp.params, ddp.grads, ddp.optimizer, ddp.activations) == (4000, 4000, 8000, 40)
     assert (fsdp.params, fsdp.grads, fsdp.optimizer, fsdp.activations) == (1000, 1000, 2000, 40)
     assert fsdp.total == pytest.approx(4040)
+
+
+def test_the_out_of_memory_line_states_a_capped_process_share(monkeypatch):
+    """Under torch.cuda.set_per_process_memory_fraction (a smaller card imitated) the line says what this process
+    may use, not the whole card."""
+    from types import SimpleNamespace
+
+    import distlab.oom as oom
+
+    cuda = SimpleNamespace(is_available=lambda: True, current_device=lambda: 0,
+                           get_device_properties=lambda i: SimpleNamespace(total_memory=140 * 2**30),
+                           get_per_process_memory_fraction=lambda i: 0.25)
+    monkeypatch.setattr(oom.torch, "cuda", cuda)
+    assert oom.device_text() == "cuda:0 allows this process 35.0 of its 140.0 GiB"
+    cuda.get_per_process_memory_fraction = lambda i: 1.0
+    assert oom.device_text() == "cuda:0 has 140.0 GiB"
