@@ -157,7 +157,7 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
     x.set_defaults(func=cmd_export)
     r = sub.add_parser("recipes", help="list the installed recipes")
     r.set_defaults(func=cmd_recipes)
-    data = sub.add_parser("data", help="build datasets (sudoku, maze, arc)")
+    data = sub.add_parser("data", help="build datasets (sudoku, maze, arc) or write an LM task set (tasks)")
     data_sub = data.add_subparsers(dest="builder", metavar="BUILDER")
     if command not in CORE_COMMANDS:
         _register_recipe_commands(sub, data_sub, command)
@@ -170,10 +170,12 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
 
 
 def declared_commands() -> dict[str, list[md.EntryPoint]]:
-    """Command name -> the recipe entry points that declare it (``distlab.commands``); read without importing."""
+    """Command name -> the recipe entry points that declare it (``distlab.commands``); read without importing.
+
+    ``data.NAME`` entries add to the core ``data`` command (one entry point name per recipe that adds builders)."""
     out: dict[str, list[md.EntryPoint]] = {}
     for ep in md.entry_points(group=COMMANDS_GROUP):
-        out.setdefault(ep.name, []).append(ep)
+        out.setdefault(ep.name.split(".")[0], []).append(ep)
     return out
 
 

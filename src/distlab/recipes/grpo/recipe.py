@@ -71,7 +71,7 @@ def export(cfg: GRPOConfig, ckpt: Path, out: Path, fmt: str, adapter: bool) -> N
     export_hf(cfg, ckpt, out, fmt, adapter)
 
 
-def register_commands(top, data_subparsers) -> None:  # noqa: ARG001
+def register_commands(top, data_subparsers) -> None:  # noqa: ARG001 (``data tasks``: see lm/tasks/cli.py)
     from distlab.recipes.lm.sandbox.cli import add_command
 
     add_command(top)

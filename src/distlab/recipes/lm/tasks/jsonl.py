@@ -106,12 +106,18 @@ def load_jsonl(path: str | Path) -> list[Task]:
                         f"task file {p}", "tasks")
 
 
+def rows_text(rows: Iterable[Row]) -> str:
+    """Rows as JSONL text, one row a line."""
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
 def write_jsonl(rows: Iterable[Row], path: str | Path) -> Path:
-    """Rows as a file :func:`load_jsonl` reads back as the same tasks (a built-in set made editable)."""
+    """Rows as a file :func:`load_jsonl` reads back as the same tasks (a built-in set made editable); written
+    atomically, so a reader never sees half a file."""
+    from distlab.atomic import atomic_write_text
+
     p = Path(path)
-    with p.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    atomic_write_text(p, rows_text(rows))
     return p
 
 
