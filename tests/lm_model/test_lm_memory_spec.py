@@ -40,5 +40,7 @@ def test_a_narrow_policy_dtype_adds_its_sampling_copy_and_keeps_activations_in_t
     assert narrow["policy"].activation_bytes_per_example < plain["policy"].activation_bytes_per_example
     fp32 = {s.name: s for s in _specs("dist.precision=fp32")}
     assert fp32["policy"].activation_bytes_per_example > plain["policy"].activation_bytes_per_example
-    for no_copy in (("model.lora_r=8",), ("models.policy.wrap=fsdp",)):  # LoRA and FSDP2 sample the model itself
-        assert "policy (sampling copy)" not in {s.name for s in _specs("models.policy.dtype=bf16", *no_copy)}
+    assert "policy (sampling copy)" not in {s.name for s in _specs("models.policy.dtype=bf16",
+                                                                     "models.policy.wrap=fsdp")}  # FSDP2: gathered
+    # LoRA trains fp32 adapters, so its policy is sampled from a bf16 copy too, as models.SamplingCopy does
+    assert "policy (sampling copy)" in {s.name for s in _specs("models.policy.dtype=bf16", "model.lora_r=8")}

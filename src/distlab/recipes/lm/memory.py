@@ -13,6 +13,7 @@ import torch
 
 from distlab.recipe import ModelSpec
 from distlab.recipes.lm.model_source import resolve_source
+from distlab.recipes.lm.models import samples_from_a_copy
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -72,6 +73,7 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
     for name in names:
         settings = cfg.models[name]
         width = BYTES[settings.dtype]
+        wrap = str(getattr(settings.wrap, "value", settings.wrap))
         trainable = 0
         act = 0
         if settings.trainable:
@@ -89,17 +91,10 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
         specs.append(ModelSpec(name, s["params"], trainable_params=trainable, activation_bytes_per_example=act,
                                batch_per_device=batch, param_dtype_bytes=held,
                                optimizer="adamw" if trainable else "none",
-                               placement=_home(cfg, name),
-                               wrap=str(getattr(settings.wrap, "value", settings.wrap))))
-        if _has_sampling_copy(settings, cfg, width):
+                               placement=_home(cfg, name), wrap=wrap))
+        if samples_from_a_copy(settings.trainable, width < 4, wrap == "fsdp"):
             where = settings.placement if str(settings.placement).startswith("cuda") else "device"
             specs.append(ModelSpec(f"{name} (sampling copy)", s["params"], trainable_params=0,
                                    param_dtype_bytes=width, placement=where, optimizer="none"))
     return specs
 
-
-def _has_sampling_copy(settings: Any, cfg: Any, width: int) -> bool:
-    """A fully trained model with ``dtype`` narrower than fp32 and not FSDP-sharded keeps a second set of weights
-    in that dtype for generation (``models.SamplingCopy``), beside the trained weights."""
-    wrap = str(getattr(settings.wrap, "value", settings.wrap))
-    return settings.trainable and cfg.model.lora_r <= 0 and width < 4 and wrap != "fsdp"

@@ -56,6 +56,13 @@ def gathered(model: nn.Module) -> Iterator[None]:
         model.reshard()
 
 
+def samples_from_a_copy(trains: bool, narrow_dtype: bool, sharded: bool) -> bool:
+    """Whether generation reads a second set of weights (:class:`SamplingCopy`): a model that trains (its trained
+    weights fp32, LoRA adapters included) with a dtype narrower than fp32, unless FSDP2 shards it. The doctor's
+    memory model asks the same question of a config."""
+    return trains and narrow_dtype and not sharded
+
+
 class SamplingCopy:
     """The weights generation reads: the trained model itself, or a copy in ``dtype`` refreshed after every step.
 
@@ -69,11 +76,11 @@ class SamplingCopy:
     def __init__(self, model: nn.Module, dtype: torch.dtype) -> None:
         self.source = unwrap(model)
         sharded = any(hasattr(m, "unshard") for m in model.modules())
-        frozen = not any(p.requires_grad for p in self.source.parameters())  # already in its own dtype
-        if dtype == torch.float32 or sharded or frozen:
-            self.module = self.source
-        else:
+        trains = any(p.requires_grad for p in self.source.parameters())  # a frozen model is in its own dtype
+        if samples_from_a_copy(trains, dtype != torch.float32, sharded):
             self.module = copy.deepcopy(self.source).to(dtype).requires_grad_(False).eval()
+        else:
+            self.module = self.source
 
     @property
     def is_copy(self) -> bool:
