@@ -92,4 +92,15 @@ def check_settings(cfg: Any) -> None:
         raise DistlabError(f"padding_free=true keeps packed sequences apart with a block-diagonal attention mask, "
                            f"which model.attn_implementation={cfg.model.attn_implementation} does not take; use sdpa, "
                            f"eager or flex_attention (document masks), or padding_free=false")
+    check_attention(cfg)
     check_sandbox(cfg.sandbox)
+
+
+def check_attention(cfg: Any) -> None:
+    """FlexAttention has no backward pass on the CPU: a CPU run would fail at its first update, not here."""
+    import torch
+
+    on_cpu = cfg.dist.device == "cpu" or (cfg.dist.device == "auto" and not torch.cuda.is_available())
+    if cfg.model.attn_implementation == "flex_attention" and on_cpu:
+        raise DistlabError("model.attn_implementation=flex_attention trains only on a GPU (FlexAttention has no "
+                           "backward on the CPU); use sdpa on the CPU")
