@@ -468,7 +468,10 @@ def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: 
         return _stopped_at_once(forward.hard or exc.sigval, second=forward.hard is not None)
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # after a stop signal the launcher is on its way out: a late second one must not kill it before it
+            # exits 128+N (Python restores SIG_DFL for its own handlers while it shuts down; SIG_IGN it keeps)
+            stopping = forward.first in (signal.SIGINT, signal.SIGTERM) and sig in (signal.SIGINT, signal.SIGTERM)
+            signal.signal(sig, signal.SIG_IGN if stopping else handler)
         os.environ.pop(LAUNCHER_PID_ENV, None)
         os.environ.pop(EXIT_DIR_ENV, None)
         sh.SubprocessHandler.close, sh.SubprocessHandler._popen = original_close, original_popen
