@@ -211,3 +211,31 @@ def test_padding_free_trains_the_same_first_step(workdir):
     assert padded["kl"] > 0 and padded["entropy"] > 0
     for key in ("kl", "entropy", "grad_norm"):
         assert packed[key] == pytest.approx(padded[key], rel=1e-4, abs=1e-6), key
+
+
+def test_shuffled_rewards_are_a_seeded_permutation():
+    import torch
+
+    from distlab.recipes.grpo.train import shuffled
+
+    rewards = torch.arange(16, dtype=torch.float64)
+    a, b = shuffled(rewards, 3), shuffled(rewards, 3)
+    assert torch.equal(a, b) and not torch.equal(a, rewards) and not torch.equal(a, shuffled(rewards, 4))
+    assert sorted(a.tolist()) == rewards.tolist()
+
+
+def test_control_arm_logs_the_same_rollouts_but_credits_them_at_random(tmp_path):
+    """shuffle_rewards=true: step 1 samples the same completions with the same rewards (logged as earned, so the
+    arms' curves compare), but the update credits them to other completions: other gradients, other weights."""
+    args = ["train", "grpo", *TINY, "steps=1", "evaluation.before=false", "log_completions=1",
+            "reward_funcs=[tests,overlong]", "overlong_buffer=20"]  # lengths differ: rewards differ in a group
+    run_cli([*args, "run.name=real"], tmp_path)
+    run_cli([*args, "run.name=control", "shuffle_rewards=true"], tmp_path)
+    real, control = _rows(tmp_path / "runs" / "real")[0], _rows(tmp_path / "runs" / "control")[0]
+    earned = [c["reward"] for c in _rows(tmp_path / "runs" / "real", "completions")[0]["completions"]]
+    assert len(set(earned)) > 1, earned  # else there is nothing to shuffle and the test shows nothing
+    assert [c["reward"] for c in _rows(tmp_path / "runs" / "control", "completions")[0]["completions"]] == earned
+    for key in ("reward_mean", "zero_std_fraction", "global_tokens"):
+        assert control[key] == real[key], key
+    assert control["grad_norm"] != pytest.approx(real["grad_norm"], rel=1e-3)
+    assert summary(tmp_path / "runs" / "control")["param_checksum"] != summary(tmp_path / "runs" / "real")["param_checksum"]

@@ -44,6 +44,10 @@ class GRPOConfig(LMRecipeConfig):
     entropy_coef: float = 0.0  # > 0: an entropy bonus, - entropy_coef x token entropy in the loss
     dynamic_sampling: bool = False  # DAPO: refill groups whose rewards all agree, up to max_refill_rounds times
     max_refill_rounds: int = 3
+    # control arm: each step's rewards permuted across this rank's completions (seeded by run seed, step and rank)
+    # before the advantages, so an update no longer knows which completion earned what; the gap between a run and
+    # its control is what the reward taught, not what any update of this size does to pass rates
+    shuffle_rewards: bool = False
     log_completions: int = 0  # every N steps, log this rank's sampled completions with their rewards (0 = off)
     models: dict[str, ModelSettings] = field(default_factory=_models)
 

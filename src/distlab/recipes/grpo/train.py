@@ -194,10 +194,13 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     per_func = {k: [v for grp in groups for v in grp.values[k]] for k in groups[0].values} if groups else {}
     rewards = torch.tensor([r for grp in groups for r in grp.total], dtype=torch.float64)
     # ALGO LOGIC: advantages within each prompt's group (and the batch std when asked)
+    credited = shuffled(rewards, rollout_seed(cfg.run.seed, step, rt.rank)) if cfg.shuffle_rewards else rewards
     batch_std = None
     if cfg.scale_rewards == "batch":
-        batch_std = std_from_moments(rt.all_reduce_sum(reward_moments(rewards)))
-    adv, zero_var = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards, batch_std=batch_std)
+        batch_std = std_from_moments(rt.all_reduce_sum(reward_moments(credited)))
+    adv, zero_var = group_advantages(credited, cfg.num_generations, cfg.scale_rewards, batch_std=batch_std)
+    if cfg.shuffle_rewards:  # logged as the rollouts earned it, so both arms' curves read the same
+        zero_var = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards, batch_std=batch_std)[1]
     device = compute_device(policy)
     pad = parts.tok.pad_token_id if parts.tok.pad_token_id is not None else 0
     # the update sees the completions sorted by length, each micro-batch cut to its own widest row
@@ -237,6 +240,13 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     means = rt.reduce_sums({name: sum(v) for name, v in per_func.items()} | {"refill_rounds": float(rounds)})
     return {**metrics, **{f"rewards/{name}": means[name] / (len(comps) * rt.world_size) for name in per_func},
             "lr": opt.param_groups[0]["lr"], "refill_rounds": means["refill_rounds"] / rt.world_size}
+
+
+def shuffled(rewards: torch.Tensor, seed: int) -> torch.Tensor:
+    """``rewards`` in a random order drawn from ``seed`` (the control arm): the same values, hence the same reward
+    mean and spread, credited to the wrong completions."""
+    gen = torch.Generator().manual_seed(seed + 65_537)
+    return rewards[torch.randperm(len(rewards), generator=gen)]
 
 
 def _log_completions(session, step: int, prompts, comps, per_func: dict[str, list[float]], rewards) -> None:

@@ -25,8 +25,8 @@ log = logging.getLogger("distlab")
 
 
 def _scores(model, tok, tasks: list[Task], prompts: list[str], sampling: SamplingConfig, scorer: RewardScorer,
-            n: int, temperature: float, seed: int) -> np.ndarray:
-    """[len(tasks), n] of 0/1 rewards."""
+            n: int, temperature: float, seed: int, on_chunk: Callable[[int], None] | None = None) -> np.ndarray:
+    """[len(tasks), n] of 0/1 rewards; ``on_chunk(k)`` after each generate call of k prompts (progress)."""
     if not tasks:
         return np.zeros((0, n))
     futures = []
@@ -37,18 +37,22 @@ def _scores(model, tok, tasks: list[Task], prompts: list[str], sampling: Samplin
                          temperature=temperature, top_p=sampling.top_p if temperature > 0 else 1.0,
                          stop_strings=stops, seed=seed + start, n=n, backend=sampling.backend)
         futures += [scorer.submit(tasks[start + c.prompt_index], c.text) for c in comps]
+        if on_chunk is not None:
+            on_chunk(len(prompts[start:start + chunk]))
     return np.array([f.result() for f in futures], dtype=np.float64).reshape(len(tasks), n)
 
 
 def evaluate_pass_at_k(model, tok, tasks: list[Task], few_shot: list[Task], sampling: SamplingConfig,
-                       ev: EvalConfig, scorer: RewardScorer, rt, seed: int) -> dict:
-    """Metrics (identical on every rank) plus per-problem results (rank 0 writes them)."""
+                       ev: EvalConfig, scorer: RewardScorer, rt, seed: int,
+                       on_chunk: Callable[[int], None] | None = None) -> dict:
+    """Metrics (identical on every rank) plus per-problem results (rank 0 writes them); ``on_chunk`` sees this
+    rank's greedy progress."""
     mine = list(range(rt.rank, len(tasks), rt.world_size))
     local = [tasks[i] for i in mine]
     prompts = [prompt_text(t, tok, scorer.mode, few_shot) for t in local]
     inner = unwrap(model)
     with gathered(model), torch.no_grad():
-        greedy = _scores(inner, tok, local, prompts, sampling, scorer, 1, 0.0, seed)
+        greedy = _scores(inner, tok, local, prompts, sampling, scorer, 1, 0.0, seed, on_chunk)
         sampled = (_scores(inner, tok, local, prompts, sampling, scorer, ev.samples, ev.eval_temperature, seed + 1)
                    if ev.samples > 1 else None)
     rows = [{"task_id": tasks[i].task_id, "greedy": float(greedy[j, 0]),
