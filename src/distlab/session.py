@@ -139,7 +139,16 @@ class Session:
 
     # -- state and checkpoints ----------------------------------------------------------------
     def track_model(self, name: str, model: nn.Module, optimizers: list[torch.optim.Optimizer] = ()) -> None:
-        """Register a trainable model and its optimizers for every checkpoint (frozen models: never)."""
+        """Register a trainable model and its optimizers for every checkpoint (frozen models: never).
+
+        Training whose host-resident gradients and optimizer states cannot fit in free memory is refused here,
+        before the first step allocates them and the kernel kills the process without a word.
+        """
+        from distlab.hostmem import available_bytes, check_room, host_training_bytes
+
+        state_dtype = str(getattr(self.cfg.optim.state_dtype, "value", self.cfg.optim.state_dtype))
+        check_room(name, host_training_bytes(list(optimizers), state_dtype), self.rt.local_world_size,
+                   available_bytes())
         self.state.add_model(name, model, list(optimizers))
 
     def track(self, name: str, obj: Any, per_rank: bool = False) -> None:

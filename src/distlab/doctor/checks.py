@@ -139,6 +139,8 @@ def cpu_count() -> int:
 
 
 def collect_host() -> dict[str, Any]:
+    from distlab.hostmem import available_bytes
+
     mem = _meminfo()
     return {
         "hostname": socket.gethostname(),
@@ -146,7 +148,7 @@ def collect_host() -> dict[str, Any]:
         "cpu_count": cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "ram_total_bytes": mem.get("MemTotal"),
-        "ram_available_bytes": mem.get("MemAvailable"),
+        "ram_available_bytes": available_bytes(),  # MemAvailable, or less under a cgroup limit
         "shm_bytes": shm_bytes(),
         "infiniband": infiniband_devices(),
     }
