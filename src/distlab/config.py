@@ -335,6 +335,9 @@ def default_run_name(recipe: str, cfg: Any) -> str:
     ident["seed"] = conf["run"]["seed"]
     if ident.get("optim") == {"state_dtype": "fp32"}:  # the default: names of runs from before it existed hold
         ident.pop("optim")
+    for settings in (ident.get("models") or {}).values():  # how a model is wrapped is how it runs, not what it is;
+        if isinstance(settings, dict) and settings.get("wrap") is None:  # unset (dist.wrap) names as the old ddp did
+            settings["wrap"] = "ddp"
     digest = hashlib.sha1(OmegaConf.to_yaml(OmegaConf.create(ident), sort_keys=True).encode()).hexdigest()[:8]
     return f"{recipe}-{digest}"
 
@@ -477,13 +480,14 @@ def check_memory_options(cfg: Any) -> None:
     if hook != "none" and wrap != "ddp":
         raise DistlabError(f"dist.comm_hook={hook} compresses DDP's gradient all-reduce but dist.wrap={wrap}; use "
                            f"dist.wrap=ddp or dist.comm_hook=none (FSDP2 reduce-scatters and has no DDP comm hooks)")
+    models = getattr(cfg, "models", None) or {}
+    wraps = {name: _plain(m.wrap) if m.wrap is not None else wrap for name, m in models.items() if m.trainable}
     if hook != "none":
-        for name, m in (getattr(cfg, "models", None) or {}).items():
-            if m.trainable and _plain(m.wrap) != "ddp":
-                raise DistlabError(f"dist.comm_hook={hook} needs DDP but models.{name}.wrap={_plain(m.wrap)}; use "
+        for name, w in wraps.items():
+            if w != "ddp":
+                raise DistlabError(f"dist.comm_hook={hook} needs DDP but models.{name}.wrap={w}; use "
                                    f"models.{name}.wrap=ddp or dist.comm_hook=none")
-    sharded = wrap == "fsdp" or any(m.trainable and _plain(m.wrap) == "fsdp"
-                                    for m in (getattr(cfg, "models", None) or {}).values())
+    sharded = "fsdp" in wraps.values() if models else wrap == "fsdp"
     if d.cpu_offload and not sharded:
         raise DistlabError("dist.cpu_offload=true offloads what FSDP2 shards; set dist.wrap=fsdp (or "
                            "models.<name>.wrap=fsdp for the trained model)")

@@ -33,10 +33,16 @@ class ModelSettings:
     """How one named model of a recipe is held; recipes nest a ``dict[str, ModelSettings]`` as ``models``."""
 
     trainable: bool = True
-    wrap: Wrap = Wrap.ddp
+    wrap: Wrap | None = None  # ddp | fsdp; None: as dist.wrap, the run's default for every trained model
     dtype: str = "fp32"  # fp32 | bf16 | fp16: frozen weights' dtype; trained ones stay fp32 (compute: dist.precision)
     compile: bool = False
     placement: str = "device"  # device | cuda:N | cpu | offload: where it lives and computes
+
+
+def wrap_of(settings: ModelSettings, dist_cfg: DistConfig) -> str:
+    """How a model is wrapped: its own ``models.<name>.wrap`` when set, else the run's ``dist.wrap``."""
+    wrap = settings.wrap if settings.wrap is not None else dist_cfg.wrap
+    return str(getattr(wrap, "value", wrap))
 
 
 def check_dtype(name: str, dtype: str) -> None:
@@ -155,7 +161,7 @@ def place(name: str, model: nn.Module, settings: ModelSettings, rt: Runtime, dis
             return offload(model, device)
         model = model.to(device)
         return compiled(model, dist_cfg.compile_mode) if settings.compile else model
-    return wrap_model(model, rt, dist_cfg, list(shard_modules or []), device=device, wrap=Wrap(settings.wrap),
+    return wrap_model(model, rt, dist_cfg, list(shard_modules or []), device=device, wrap=Wrap(wrap_of(settings, dist_cfg)),
                       compile=settings.compile)
 
 

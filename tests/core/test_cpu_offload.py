@@ -38,3 +38,48 @@ def test_offloaded_training_matches_ddp_and_resumes_across_world_sizes(tmp_path)
     run("offl", "dist.wrap=fsdp", "dist.cpu_offload=true", "run.stop_at=4", procs=2)
     run("offl", "dist.wrap=fsdp", "dist.cpu_offload=true")  # resumed on one process, still offloaded
     assert losses(tmp_path / "runs" / "offl") == pytest.approx(losses(tmp_path / "runs" / "ddp"), rel=1e-4, abs=1e-5)
+
+
+def test_dist_wrap_is_every_trained_models_default_and_its_own_setting_wins():
+    """dist.wrap=fsdp dist.cpu_offload=true used to reach no model of a multi-model recipe (each model's own wrap
+    defaulted to ddp): a 3B SCoRe run so configured offloaded nothing and ran out of memory."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    from distlab.placement import ModelSettings, place, wrap_of
+
+    offload = DistConfig(wrap=Wrap.fsdp, cpu_offload=True)
+    assert wrap_of(ModelSettings(), offload) == "fsdp" and wrap_of(ModelSettings(), DistConfig()) == "ddp"
+    assert wrap_of(ModelSettings(wrap=Wrap.ddp), offload) == "ddp"
+    try:
+        placed = place("policy", torch.nn.Sequential(torch.nn.Linear(4, 8)), ModelSettings(), Runtime(), offload)
+        assert all(isinstance(p, DTensor) and p.device.type == "cpu" for p in placed.parameters())
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def test_cpu_offload_is_refused_only_when_no_trained_model_is_sharded_and_the_doctor_counts_it():
+    pytest.importorskip("transformers")
+    from distlab.errors import DistlabError
+    from distlab.launch import preflight
+    from distlab.memory_estimate import recipe_specs
+
+    base = ["model.source=tiny:llama-2l", "dist.cpu_offload=true"]
+    recipe, cfg = preflight("grpo", [], [*base, "dist.wrap=fsdp"], 1)  # the policy inherits fsdp
+    homes = {s.name: s.placement for s in recipe_specs(recipe, cfg)}
+    assert homes["policy"] == "offload" and homes["reference"] == "device"
+    with pytest.raises(DistlabError, match="offloads what FSDP2 shards"):
+        preflight("grpo", [], [*base, "dist.wrap=fsdp", "models.policy.wrap=ddp"], 1)
+    preflight("grpo", [], [*base, "models.policy.wrap=fsdp"], 1)
+
+
+def test_run_names_do_not_change_when_a_model_inherits_its_wrap():
+    from distlab.launch import preflight
+
+    def name(*extra):
+        return preflight("multitoy", [], list(extra), 1)[1].run.name
+
+    default = name()
+    assert default == name("models.policy.wrap=ddp", "models.critic.wrap=ddp", "models.reference.wrap=ddp") \
+        == name("dist.wrap=fsdp")

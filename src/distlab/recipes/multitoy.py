@@ -19,7 +19,7 @@ from torch import nn
 
 from distlab.config import BaseConfig
 from distlab.dist import module_checksum
-from distlab.placement import ModelSettings, place, soft_update_
+from distlab.placement import ModelSettings, place, soft_update_, wrap_of
 from distlab.recipe import ModelSpec, Recipe
 from distlab.sampler import GlobalBatchSampler, check_divisible
 from distlab.wrap import unwrap
@@ -162,7 +162,7 @@ def model_spec(cfg: MultiToyConfig) -> list[ModelSpec]:
     return [ModelSpec(name, per[name], trainable_params=per[name] if s.trainable else 0,
                       activation_bytes_per_example=act, batch_per_device=cfg.global_batch_size,
                       optimizer="adamw" if s.trainable else "none", placement=s.placement,
-                      param_dtype_bytes={"fp32": 4, "bf16": 2, "fp16": 2}[s.dtype], wrap=str(getattr(s.wrap, "value", s.wrap)))
+                      param_dtype_bytes={"fp32": 4, "bf16": 2, "fp16": 2}[s.dtype], wrap=wrap_of(s, cfg.dist))
             for name, s in cfg.models.items()]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from distlab.placement import wrap_of
 from distlab.recipe import ModelSpec
 from distlab.recipes.lm.model_source import resolve_source
 from distlab.recipes.lm.models import samples_from_a_copy
@@ -55,7 +56,7 @@ def _home(cfg: Any, name: str) -> str:
     """Where a model's state lives: FSDP2's CPU offload keeps a trained model's weights, gradients and optimizer
     states on the host and computes on the GPU, which is what the doctor's ``offload`` placement counts."""
     settings = cfg.models[name]
-    wrap = str(getattr(settings.wrap, "value", settings.wrap))
+    wrap = wrap_of(settings, cfg.dist)
     if settings.trainable and cfg.dist.cpu_offload and wrap == "fsdp":
         return "offload"
     return settings.placement
@@ -73,7 +74,7 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
     for name in names:
         settings = cfg.models[name]
         width = BYTES[settings.dtype]
-        wrap = str(getattr(settings.wrap, "value", settings.wrap))
+        wrap = wrap_of(settings, cfg.dist)
         trainable = 0
         act = 0
         if settings.trainable:

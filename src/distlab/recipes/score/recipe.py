@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from distlab.errors import DistlabError
+from distlab.placement import wrap_of
 from distlab.recipe import ModelSpec, Recipe
 from distlab.recipes.lm.export import FORMATS as EXPORT_FORMATS
 from distlab.recipes.lm.settings import LM_POSITIVE_KEYS
@@ -136,7 +137,7 @@ def model_spec(cfg: ScoreConfig) -> list[ModelSpec]:
                                    batch_per_device=episodes if trained else 1,
                                    param_dtype_bytes=bytes_of[s.dtype], optimizer="adamw" if trained else "none",
                                    placement=s.placement,
-                                   wrap=str(getattr(s.wrap, "value", s.wrap))))
+                                   wrap=wrap_of(s, cfg.dist)))
     return specs
 
 
