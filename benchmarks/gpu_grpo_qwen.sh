@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Issue 29 item 3: does GRPO train Qwen2.5-Coder-0.5B-Instruct (the 4-bit GGUF benchmark asset) on MBPP train, and
+# is the gain the reward's? Two arms with the same settings and seed: `grpo` and `control` (shuffle_rewards=true:
+# each step's rewards permuted across its completions). Each arm's run scores greedy pass@1 on MBPP test (500)
+# before training and at its end, paired; `eval` then scores base and trained policy on HumanEval (164).
+#
+# One device-tool call per stage, back to back (the machine keeps /tmp about 30 s after a call):
+#   stash K    K = 1..7, carry [".asset_qwen/pieceK"]: check piece K and keep it in /tmp (no wheels needed)
+#   train ARM  carry [".whl", ".asset_qwen/piece8"]: join and check the GGUF (once per machine), then train ARM
+#              (grpo | control) for TRAIN_S seconds in /tmp/runs/qwen-ARM; the same stage again resumes the run
+#              from its checkpoint (issue 29 item 2); each call ends with the run's MBPP evaluation
+#   eval ARM   carry [".whl"]: HumanEval, base vs the run's last checkpoint, paired
+# Make the pieces here first (benchmarks/device_setup.sh has the commands); `SMOKE=1 bash $0 train grpo` runs the
+# same command line on this CPU with the tiny model, to catch a bad setting before device time is spent.
+set -uo pipefail
+STAGE=${1:?stage: stash K | train ARM | eval ARM}
+ARG=${2:?piece number or arm (grpo | control)}
+TRAIN_S=${TRAIN_S:-480}
+STASH=/tmp/asset_stash/asset_qwen
+if [ "$STAGE" = stash ]; then  # before device_setup.sh: these calls carry no wheels
+  python3 benchmarks/model_asset.py stash ".asset_qwen/piece$ARG" --to "$STASH" || exit 1
+  exit 0
+fi
+case "$ARG" in
+  grpo) CONTROL=false ;;
+  control) CONTROL=true ;;
+  *) echo "arm must be grpo or control, not $ARG"; exit 2 ;;
+esac
+RUN=qwen-$ARG
+if [ "${SMOKE:-0}" = 1 ]; then
+  OUT=${OUT:-/tmp/qwen_smoke_out}; mkdir -p "$OUT"
+  MODEL="model.source=tiny:llama-2l model.prompt_mode=text task.train=synthetic task.train_size=16 task.eval=synthetic
+         task.eval_split=train task.eval_size=4"
+  SIZE="steps=2 prompts_per_step=2 num_generations=4 micro_batch_size=8 sampling.max_completion_length=16"
+  DEVICE="dist.precision=fp32 models.policy.dtype=fp32 models.reference.dtype=fp32"
+  LAUNCH="--procs 1"
+  RUNS=/tmp/qwen_smoke_runs
+else
+  source benchmarks/device_setup.sh
+  if [ "$STAGE" = train ]; then
+    join_asset .asset_qwen
+    python3 benchmarks/model_asset.py check-gguf "$ASSET" --expect-arch qwen2 --expect-layers 24 --expect-dim 896 || exit 1
+  fi
+  ASSET=${ASSET:-/tmp/asset/qwen2.5-coder-0.5b-instruct.gguf}
+  MODEL="model.source=$ASSET model.prompt_mode=chat task.train=mbpp task.train_split=train task.eval=mbpp
+         task.eval_split=test"
+  SIZE="steps=400 prompts_per_step=16 num_generations=8 micro_batch_size=32 sampling.max_completion_length=384"
+  DEVICE="dist.precision=bf16 models.policy.dtype=bf16 models.reference.dtype=bf16 sandbox.workers=14"
+  LAUNCH="--gpus 1"
+  RUNS=/tmp/runs
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+fi
+git rev-parse --short HEAD 2>/dev/null; date -u +%FT%TZ
+if [ "$STAGE" = train ]; then
+  # shellcheck disable=SC2086
+  python3 -m distlab.cli train grpo $MODEL $SIZE lr=1e-6 beta=0.04 scale_rewards=group \
+    sampling.temperature=1.0 dynamic_sampling=true max_refill_rounds=2 shuffle_rewards=$CONTROL \
+    evaluation.before=true sandbox.timeout_s=5 ckpt.every=10 log.every=1 log.progress=false \
+    run.dir=$RUNS run.name=$RUN run.time_limit_s=$TRAIN_S $DEVICE $LAUNCH 2>&1 \
+    | grep -v "^step \|Loading\|de-quantizing\|Writing model" | tail -30
+  cp $RUNS/$RUN/metrics.jsonl "$OUT/${RUN}_metrics.jsonl" 2>/dev/null
+  cp $RUNS/$RUN/summary.json "$OUT/${RUN}_summary.json" 2>/dev/null
+  for f in $RUNS/$RUN/eval*_problems.json; do [ -f "$f" ] && cp "$f" "$OUT/${RUN}_$(basename "$f")"; done
+elif [ "$STAGE" = eval ]; then
+  # shellcheck disable=SC2086
+  python3 -m distlab.cli eval $RUNS/$RUN task.eval=humaneval task.eval_split=test -o /tmp/he_$RUN \
+    $LAUNCH 2>&1 | grep -v "Loading\|de-quantizing\|Writing model" | tail -16
+  cp /tmp/he_$RUN/eval.json "$OUT/${RUN}_humaneval_eval.json" 2>/dev/null
+fi
+ls "$OUT"
