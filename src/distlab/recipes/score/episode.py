@@ -18,7 +18,7 @@ import torch
 
 from distlab.errors import DistlabError
 from distlab.recipes.lm.chat import render_prompt
-from distlab.recipes.lm.stops import FINISH_STOP, Completion
+from distlab.recipes.lm.stops import FINISH_LENGTH, FINISH_STOP, Completion
 from distlab.recipes.lm.tasks import Task, chat_messages
 from distlab.recipes.lm.tasks.prompts import FENCE_CLOSE, FENCE_OPEN, chat_instruction, is_math, text_lead
 
@@ -167,3 +167,26 @@ def pack(rows: list[list[int]], roles: list[list[int]], pad: int, device: torch.
         attn[i, :len(r)] = 1
         role[i, :len(r)] = torch.tensor(ro, dtype=torch.long)
     return ids.to(device), attn.to(device), role.to(device)
+
+
+def turn2_length_bound(tasks: Sequence[Task], tok, mode: str, prompts1: Sequence[str], instruction: str,
+                       few_shot: Sequence[Task], restate: bool, max_completion: int, hint_tokens: int) -> int:
+    """Tokens a turn-2 prompt of these tasks can reach: the longest turn-1 prompt with its template pieces, plus a
+    full-length y1 and hint (the hint at twice its token budget, since the policy's tokenizer may split the guidance
+    model's text finer). Sizes the policy's one compiled cache; a longer prompt still runs, on a larger one."""
+    empty = Completion(0, [], [], "", FINISH_LENGTH)  # unfinished: text mode closes its fence, the longer case
+    longest = 0
+    for task, p1 in zip(tasks, prompts1):
+        glue = turn2_pieces(task, tok, mode, p1, empty, "", instruction, few_shot, restate)
+        longest = max(longest, len(encode(tok, p1)) + sum(len(encode(tok, text)) for text, _ in glue))
+    hint = 2 * hint_tokens + len(encode(tok, "Hint: \n")) if hint_tokens > 0 else 0
+    return longest + max_completion + hint
+
+
+def guidance_length_bound(tasks: Sequence[Task], gtok, mode: str, max_completion: int, tail_chars: int,
+                          sees_execution: bool) -> int:
+    """Tokens a guidance prompt can reach: the problem and template, an attempt of ``max_completion`` tokens (at
+    twice that in the guidance model's tokens, as above) and, when the hint sees execution, the error tail."""
+    execution = ("error", "x" * tail_chars) if sees_execution else None
+    base = max((len(encode(gtok, guidance_prompt(t, "", gtok, mode, execution))) for t in tasks), default=0)
+    return base + 2 * max_completion

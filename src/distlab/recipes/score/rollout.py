@@ -24,6 +24,18 @@ from distlab.wrap import unwrap
 SEED_HINT, SEED_TURN2, SEED_NO_HINT = 1_000_003, 2_000_003, 3_000_017
 
 
+@dataclass(frozen=True)
+class CacheShapes:
+    """The fixed KV-cache shape of a run's training rollouts (``generate``'s ``max_prompt_length`` and
+    ``batch_rows``), so that each model's compiled decode step is captured once: the policy's turn-1 and turn-2
+    calls share one shape sized for the longer turn-2 prompt, the guidance model has its own. None: each call's
+    own shape (evaluation, the dynamic-cache path)."""
+
+    policy_prompt: int | None = None
+    guidance_prompt: int | None = None
+    rows: int | None = None
+
+
 @dataclass
 class Players:
     """The models an episode needs, already placed; ``guidance`` is None for plain SCoRe."""
@@ -34,14 +46,18 @@ class Players:
     guidance: nn.Module | None = None
     gtok: Any = None
     guide_mode: str = "text"
+    shapes: CacheShapes = CacheShapes()  # for training rollouts; evaluation passes its own chunks unfixed
 
 
 def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer: RewardScorer, *, n: int,
-         temperature: float, hint_temperature: float, seed: int, no_hint: bool) -> list[Episode]:
-    """``n`` episodes per task (prompt-major, so a prompt's G episodes are consecutive), rewards filled in."""
+         temperature: float, hint_temperature: float, seed: int, no_hint: bool, fixed: bool = False) -> list[Episode]:
+    """``n`` episodes per task (prompt-major, so a prompt's G episodes are consecutive), rewards filled in;
+    ``fixed``: decode on the run's fixed cache shapes (``players.shapes``), as training rollouts do."""
     if not tasks:
         return []
     s = cfg.sampling
+    shapes = players.shapes if fixed else CacheShapes()
+    on_policy = dict(max_prompt_length=shapes.policy_prompt, batch_rows=shapes.rows)
     tok, mode = players.tok, players.mode
     prompts1 = [prompt_text(t, tok, mode, few_shot) for t in tasks]
     stops = stops_for(tasks, mode)
@@ -49,7 +65,7 @@ def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer:
     with gathered(players.policy), torch.no_grad():
         y1s = generate(inner, tok, prompts1, max_new_tokens=s.max_completion_length, temperature=temperature,
                        top_p=s.top_p if temperature > 0 else 1.0, stop_strings=stops, seed=seed, n=n,
-                       backend=s.backend)
+                       backend=s.backend, **on_policy)
     episodes = []
     for c in y1s:
         ep = Episode(task=tasks[c.prompt_index], group=c.prompt_index)
@@ -68,7 +84,7 @@ def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer:
             hints = generate(unwrap(players.guidance), players.gtok, gprompts, max_new_tokens=cfg.hint_max_tokens,
                              temperature=hint_temperature, top_p=s.top_p if hint_temperature > 0 else 1.0,
                              stop_strings=("\n",) if players.guide_mode == "text" else (), seed=seed + SEED_HINT,
-                             backend=s.backend)
+                             backend=s.backend, max_prompt_length=shapes.guidance_prompt, batch_rows=shapes.rows)
         for ep, h in zip(episodes, hints):
             ep.hint, ep.hint_prompt_ids = h, list(h.prompt_ids)
     with_hint = [turn2_prompt(ep, tok, mode, prompts1[ep.group], ep.hint_text, cfg.instruction, few_shot,
@@ -80,7 +96,7 @@ def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer:
     with gathered(players.policy), torch.no_grad():
         y2s = generate_from_ids(inner, tok, [ids for ids, _ in with_hint], max_new_tokens=s.max_completion_length,
                                 temperature=temperature, top_p=s.top_p if temperature > 0 else 1.0,
-                                stop_strings=stops, seed=seed + SEED_TURN2, backend=s.backend)
+                                stop_strings=stops, seed=seed + SEED_TURN2, backend=s.backend, **on_policy)
         y2b = (generate_from_ids(inner, tok, [ids for ids, _ in bare], max_new_tokens=s.max_completion_length,
                                  temperature=temperature, top_p=s.top_p if temperature > 0 else 1.0,
                                  stop_strings=stops, seed=seed + SEED_NO_HINT, backend=s.backend)

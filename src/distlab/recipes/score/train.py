@@ -43,13 +43,14 @@ from distlab.recipes.lm.warmup import supervised_warmup
 from distlab.recipes.score import metrics as scm
 from distlab.recipes.score.config import ScoreConfig, beta2_of
 from distlab.recipes.score.critic import Transitions, critic_advantages, critic_step, pooled_features
-from distlab.recipes.score.episode import Episode, leaks_code, pack
+from distlab.recipes.lm.prompting import prompt_text
+from distlab.recipes.score.episode import Episode, guidance_length_bound, leaks_code, pack, turn2_length_bound
 from distlab.recipes.score.evaluate import evaluate_self_correction, feedback_label
 from distlab.recipes.score.models import Models, checksums, load_models
 from distlab.recipes.score.objective import (guidance_rewards, kl_weights, mc_advantages,
                                              score_policy_loss, step_counts, token_advantages, turn_masks,
                                              turn_rewards, turn_returns)
-from distlab.recipes.score.rollout import Players, play
+from distlab.recipes.score.rollout import CacheShapes, Players, play
 from distlab.recipes.score.schedule import StageSchedule
 from distlab.sampler import GlobalBatchSampler
 from distlab.wrap import unwrap
@@ -80,7 +81,8 @@ def train(cfg: ScoreConfig, session) -> dict:
     sampling = _sampling_copies(cfg, m)  # after restore and warm-up: they copy the weights as they are now
     players = Players(sampling["policy"].module, m.tok, cfg.model.prompt_mode,
                       sampling["guidance"].module if m.guidance is not None else None, m.gtok,
-                      cfg.guidance_prompt_mode or cfg.model.prompt_mode)
+                      cfg.guidance_prompt_mode or cfg.model.prompt_mode,
+                      cache_shapes(cfg, rt.world_size, m, tasks, few_shot))
     evaluate = partial(_evaluate, cfg, session, players, held_out, few_shot, scorer)
     if step == 0 and cfg.evaluation.before:
         start_eval.value = evaluate(step, "eval_start")
@@ -101,6 +103,19 @@ def train(cfg: ScoreConfig, session) -> dict:
         result["eval"] = _with_comparison(evaluate(step, "eval"), start_eval.value)
     scorer.close()
     return result
+
+
+def cache_shapes(cfg: ScoreConfig, world_size: int, m: Models, tasks, few_shot) -> CacheShapes:
+    """The training rollouts' fixed cache shapes, from the whole task set (one compiled decode step per model)."""
+    mode, s = cfg.model.prompt_mode, cfg.sampling
+    prompts = [prompt_text(t, m.tok, mode, few_shot) for t in tasks]
+    hint = cfg.hint_max_tokens if m.guidance is not None else 0
+    policy = turn2_length_bound(tasks, m.tok, mode, prompts, cfg.instruction, few_shot, cfg.restate_problem,
+                                s.max_completion_length, hint)
+    guidance = (guidance_length_bound(tasks, m.gtok, cfg.guidance_prompt_mode or mode, s.max_completion_length,
+                                      cfg.error_tail_chars, cfg.hint_sees_execution)
+                if m.guidance is not None else None)
+    return CacheShapes(policy, guidance, cfg.prompts_per_step // world_size * cfg.num_generations)
 
 
 def _sampling_copies(cfg: ScoreConfig, m: Models) -> dict[str, SamplingCopy]:
@@ -170,7 +185,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     temp = cfg.sampling.temperature
     episodes = play(cfg, players, local, few_shot, scorer, n=cfg.num_generations, temperature=temp,
                     hint_temperature=cfg.hint_temperature, seed=rollout_seed(cfg.run.seed, step, rt.rank),
-                    no_hint=False)  # the no-hint turn 2 is an evaluation diagnostic, not training compute
+                    no_hint=False, fixed=True)  # the no-hint turn 2 is an evaluation diagnostic, not training compute
     times["rollout_s"] = time.perf_counter() - t0
     # ALGO LOGIC: turn rewards of this stage, then per-turn advantages
     device = compute_device(m.policy)
