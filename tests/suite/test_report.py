@@ -200,3 +200,18 @@ def test_cost_table_reports_steps_and_steady_examples_per_s(tmp_path):
     data = read_run(run, "exp", 0)
     assert data.examples_per_s == pytest.approx(115.0)
     assert data.final("step") == 30
+
+
+def test_the_starting_models_evaluation_is_the_curves_first_point(tmp_path):
+    """LM recipes score the starting model as split eval_start at step 0: a curve from 0, not from the first
+    trained evaluation (a run evaluated only before and after would otherwise plot one point)."""
+    from distlab.suite.runs import read_run
+
+    run = tmp_path / "exp" / "seed0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"step": 80, "eval": {"pass@1": 0.6}}))
+    rows = [{"step": 0, "split": "eval_start", "pass@1": 0.3}, {"step": 1, "split": "train", "reward_mean": 0.2},
+            {"step": 80, "split": "eval", "pass@1": 0.6}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = read_run(run, "exp", 0)
+    assert [(r["step"], r["pass@1"]) for r in data.evals] == [(0, 0.3), (80, 0.6)]

@@ -105,7 +105,8 @@ def read_run(run_dir: Path, experiment: str, seed: int) -> RunData:
                 if lineno == len(lines):
                     continue  # a run killed mid-write leaves a torn last line; everything before it is good
                 raise DistlabError(f"{metrics_path}:{lineno} is not valid JSON; fix or delete that line") from None
-            if row.get("split") == "eval" and "step" in row:
+            # eval_start: the starting model scored on the same problems (LM recipes), the curve's first point
+            if row.get("split") in ("eval", "eval_start") and "step" in row:
                 evals.append(_normalize(row))
             elif row.get("split") == "train" and _is_number(row.get("examples_per_s")):
                 rates.append(float(row["examples_per_s"]))
