@@ -51,6 +51,7 @@ def _commit() -> str:
 
 
 def run(args: argparse.Namespace) -> dict:
+    commit = _commit()  # the code that runs: taken before the minutes of evaluation in which HEAD may move
     task = TaskConfig(eval=args.task, eval_split=args.split, eval_size=args.n, mbpp_dir=args.mbpp_dir,
                       eval_families=args.families)
     tasks = eval_tasks(task)
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> dict:
             "device": args.device if device.type != "cuda" else torch.cuda.get_device_name(device),
             "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
             "load_s": round(load_s, 1), "eval_s": round(time.perf_counter() - started, 1),
-            "date": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()), "commit": _commit(),
+            "date": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()), "commit": commit,
             "per_problem": out["per_problem"]}
 
 
