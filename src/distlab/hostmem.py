@@ -12,20 +12,27 @@ from pathlib import Path
 import torch
 
 from distlab.errors import DistlabError
+from distlab.recipe import OPTIMIZER_STATE_BYTES
 
-# bytes per trained element beyond the weight itself: its gradient (the weight's width) plus AdamW's two moments
-STATE_BYTES = {"fp32": 8, "bf16": 4, "int8": 2}
 GIB = 1024 ** 3
 
 
-def _meminfo_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+def meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
+    """``/proc/meminfo`` in bytes (empty where it cannot be read)."""
+    info: dict[str, int] = {}
     try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+        for line in path.read_text().splitlines():
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts and parts[0].isdigit():
+                info[key] = int(parts[0]) * 1024
+    except OSError:
         pass
-    return None
+    return info
+
+
+def _meminfo_available(path: Path = Path("/proc/meminfo")) -> int | None:
+    return meminfo(path).get("MemAvailable")
 
 
 def _cgroup_room(root: Path = Path("/sys/fs/cgroup")) -> int | None:
@@ -49,13 +56,14 @@ def available_bytes() -> int | None:
 def host_training_bytes(optimizers: list[torch.optim.Optimizer], state_dtype: str) -> int:
     """Bytes the optimizers' host-resident parameters will add once training starts: a gradient per element and
     AdamW's moments at ``state_dtype``. Parameters on a GPU count nothing here (the doctor plans GPU memory)."""
+    moments = OPTIMIZER_STATE_BYTES["adamw" if state_dtype == "fp32" else f"adam_{state_dtype}"]
     total = 0
     for opt in optimizers:
         for group in opt.param_groups:
             for p in group["params"]:
                 local = getattr(p, "_local_tensor", p)  # an FSDP2 shard: this rank's part only
                 if local.device.type == "cpu" and p.requires_grad:
-                    total += local.numel() * (local.element_size() + STATE_BYTES.get(state_dtype, 8))
+                    total += local.numel() * (local.element_size() + moments)
     return total
 
 

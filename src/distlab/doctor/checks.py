@@ -103,19 +103,6 @@ def collect_versions() -> dict[str, Any]:
     }
 
 
-def _meminfo() -> dict[str, int]:
-    info: dict[str, int] = {}
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            parts = rest.split()
-            if parts and parts[0].isdigit():
-                info[key] = int(parts[0]) * 1024
-    except OSError:
-        pass
-    return info
-
-
 def shm_bytes(path: str = "/dev/shm") -> int | None:
     """Size of the shared-memory mount NCCL and DataLoader workers use (None where there is none)."""
     try:
@@ -139,9 +126,9 @@ def cpu_count() -> int:
 
 
 def collect_host() -> dict[str, Any]:
-    from distlab.hostmem import available_bytes
+    from distlab.hostmem import available_bytes, meminfo
 
-    mem = _meminfo()
+    mem = meminfo()
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
