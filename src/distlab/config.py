@@ -489,8 +489,9 @@ def check_memory_options(cfg: Any) -> None:
                                    f"models.{name}.wrap=ddp or dist.comm_hook=none")
     sharded = "fsdp" in wraps.values() if models else wrap == "fsdp"
     if d.cpu_offload and not sharded:
-        raise DistlabError("dist.cpu_offload=true offloads what FSDP2 shards; set dist.wrap=fsdp (or "
-                           "models.<name>.wrap=fsdp for the trained model)")
+        held = ", ".join(f"models.{n}.wrap={w}" for n, w in wraps.items()) or f"dist.wrap={wrap}"
+        raise DistlabError(f"dist.cpu_offload=true offloads what FSDP2 shards, and no trained model is sharded "
+                           f"({held}); set dist.wrap=fsdp or models.<name>.wrap=fsdp for the trained model")
     if hook == "bf16" and (d.device == "cpu" or d.backend == "gloo"):
         from distlab.comm_hooks import BF16_NEEDS_NCCL
 
