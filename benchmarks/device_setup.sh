@@ -15,7 +15,16 @@
 # /tmp/asset/<name>, checks size and sha256, and sets ASSET to that file. A refusal is one line, then exit 1:
 # a piece that is missing (not stashed by a call right before) or corrupt is named there.
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# Installed once per warm machine: later calls (and jobs started side by side by gpu_parallel.sh) find the stamp of
+# the same wheel set and skip the install, so they race nothing and may leave .whl behind.
+WHEEL_STAMP=/tmp/site/.wheels-$( (ls .whl/*.whl 2>/dev/null || true) | xargs -r -n1 basename | sort | md5sum | cut -c1-12)
+if ls .whl/*.whl >/dev/null 2>&1 && [ ! -f "$WHEEL_STAMP" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  touch "$WHEEL_STAMP"
+elif ! ls /tmp/site/.wheels-* >/dev/null 2>&1; then
+  echo "no wheels: carry .whl in this call (the machine has none installed yet)"; exit 1
+fi
 export PYTHONPATH=$PWD/src:/tmp/site  # the checked-out code, not a stale wheel
 GGUF=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
 

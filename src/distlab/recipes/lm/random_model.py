@@ -37,6 +37,7 @@ SHAPES: dict[str, Shape] = {
     "qwen2.5-7b": Shape("qwen2", 28, 3584, 28, 4, 18944, 152064, 1e6, False),
     "llama-3.2-1b": Shape("llama", 16, 2048, 32, 8, 8192, 128256, 5e5, True),
     "llama-3.2-3b": Shape("llama", 28, 3072, 24, 8, 8192, 128256, 5e5, True),
+    "smollm2-135m": Shape("llama", 30, 576, 9, 3, 1536, 49152, 1e5, True),  # the CPU default's shape
 }
 
 

