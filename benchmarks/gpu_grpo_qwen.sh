@@ -45,7 +45,7 @@ else
     python3 benchmarks/model_asset.py check-gguf "$ASSET" --expect-arch qwen2 --expect-layers 24 --expect-dim 896 || exit 1
   fi
   ASSET=${ASSET:-/tmp/asset/qwen2.5-coder-0.5b-instruct.gguf}
-  MODEL="model.source=$ASSET model.prompt_mode=chat task.mbpp_dir=.data/mbpp task.train=mbpp task.train_split=train task.eval=mbpp
+  MODEL="model.source=$ASSET model.prompt_mode=chat task.mbpp_dir=${MBPP_DIR:-.data/mbpp} task.train=mbpp task.train_split=train task.eval=mbpp
          task.eval_split=test task.eval_size=${EVAL_N:-32}"
   SIZE="steps=400 prompts_per_step=16 num_generations=8 micro_batch_size=32 sampling.max_completion_length=384"
   DEVICE="dist.precision=bf16 models.policy.dtype=bf16 models.reference.dtype=bf16 sandbox.workers=14"
@@ -72,5 +72,6 @@ elif [ "$STAGE" = eval ]; then
   python3 -m distlab.cli eval $RUNS/$RUN task.eval=$SET task.eval_split=test task.eval_size=$N -o /tmp/${SET}_$RUN \
     $LAUNCH 2>&1 | grep -v "Loading\|de-quantizing\|Writing model" | tail -16
   cp /tmp/${SET}_$RUN/eval.json "$OUT/${RUN}_${SET}_eval.json" 2>/dev/null
+  cp /tmp/${SET}_$RUN/problems.json "$OUT/${RUN}_${SET}_problems.json" 2>/dev/null  # per problem, base and trained
 fi
 ls "$OUT"

@@ -18,9 +18,11 @@ nvidia-smi --query-gpu=name --format=csv,noheader; git log --oneline -1 2>/dev/n
   --num-aug "$AUG" --workers 16 || exit 1
 NAME=$TAG DATA=$DATA bash benchmarks/train_budget.sh "$PRESET" "$BUDGET_S" "$OUT/$TAG" run.seed="$SEED" \
   eval.samples="$K" eval.select=q eval.noise="${NOISE:-init}" eval.noise_scale="${NOISE_SCALE:-0.1}" "$@"
-[ "${VOTE:-1}" = 1 ] && python3 -m distlab.cli eval "runs/$TAG" eval.samples="$K" eval.select=vote eval.noise="${NOISE:-init}" \
-  eval.noise_scale="${NOISE_SCALE:-0.1}" --output "/tmp/vote-$TAG" > "$OUT/$TAG/vote.log" 2>&1
-echo "vote eval exit $?"
+if [ "${VOTE:-1}" = 1 ]; then
+  python3 -m distlab.cli eval "runs/$TAG" eval.samples="$K" eval.select=vote eval.noise="${NOISE:-init}" \
+    eval.noise_scale="${NOISE_SCALE:-0.1}" --output "/tmp/vote-$TAG" > "$OUT/$TAG/vote.log" 2>&1
+  echo "vote eval exit $?"
+fi
 cp "/tmp/vote-$TAG/eval.json" "$OUT/$TAG/vote_eval.json" 2>/dev/null  # at most 8 files come back
 for extra in ${EXTRA_EVALS:-}; do  # e.g. "q:8:init q:16:latent": selection, K and noise of one more evaluation
   IFS=: read -r sel k noise <<< "$extra"

@@ -6,6 +6,8 @@
 #   bash benchmarks/gpu_jobs.sh wait SECONDS           returns when every job has ended or SECONDS have passed
 #   bash benchmarks/gpu_jobs.sh collect                every job's files packed into $OUT/results.tgz
 # Each job's folder holds command, log and (once it ended) exit; CMD may chain stages with && or ;.
+# A job reads its data from /tmp, never from a carried ignored path: each call's copy of the working tree removes
+# the ignored paths that call does not carry, under the feet of jobs still running.
 set -uo pipefail
 JOBS=/tmp/jobs
 case "${1:?start NAME GPU CMD | wait SECONDS | collect}" in

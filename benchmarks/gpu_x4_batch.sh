@@ -42,9 +42,12 @@ case "${1:?side | arms}" in
     python3 benchmarks/model_asset.py check-gguf "$ASSET" --expect-arch qwen2 --expect-layers 24 --expect-dim 896 \
       || exit 1
     touch "$ASSET.ok"
+    # a detached job must not read a carried ignored path: the next call's copy of the tree removes what it does not
+    # carry (the HumanEval evaluations of 2026-11-26 failed so), so the MBPP files go to /tmp first
+    mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
     for arm in grpo control; do
       gpu=$([ $arm = grpo ] && echo 0 || echo 1)
-      bash $J start qwen-$arm "$gpu" "ASSET=$ASSET TRAIN_S=${TRAIN_S:-420} bash benchmarks/gpu_grpo_qwen.sh train $arm; \
+      bash $J start qwen-$arm "$gpu" "MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET TRAIN_S=${TRAIN_S:-420} bash benchmarks/gpu_grpo_qwen.sh train $arm; \
         ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh eval $arm mbpp; ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh \
         eval $arm humaneval"
     done

@@ -204,8 +204,9 @@ def offload(model: nn.Module, device: torch.device) -> nn.Module:
 
 
 def compute_device(model: nn.Module) -> torch.device:
-    """Where ``model`` computes: an ``offload``-placed model keeps its weights on the CPU but runs on its device,
-    so inputs must go there, not to where its parameters lie."""
+    """Where ``model`` computes: an ``offload``-placed model and an FSDP2 model under ``dist.cpu_offload`` keep their
+    weights on the CPU but run on their device, so inputs (and caches) must go there, not to where the parameters
+    lie."""
     inner = unwrap(model)
     return getattr(inner, "_distlab_offload_device", None) or next(inner.parameters()).device
 

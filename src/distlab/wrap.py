@@ -51,6 +51,8 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
         for m in shard_modules or []:
             fully_shard(wrappers.get(id(m), m), **policy)  # a checkpointed block is sharded as its wrapper
         fully_shard(model, **policy)
+        if cfg.cpu_offload:  # its parameters now live on the host; it still computes on `device`
+            model._distlab_offload_device = device  # type: ignore[attr-defined]  (read by placement.compute_device)
     if cfg.compile if compile is None else compile:
         model = compiled(model, cfg.compile_mode)
     return model

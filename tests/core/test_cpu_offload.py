@@ -6,6 +6,7 @@ from clitools import losses, run_cli
 
 from distlab.config import DistConfig, Wrap
 from distlab.dist import Runtime
+from distlab.placement import compute_device
 from distlab.wrap import wrap_model
 
 COMMON = ["steps=8", "global_batch_size=16", "num_examples=128", "seq_len=16", "d_model=32", "n_layers=2",
@@ -22,6 +23,8 @@ def test_one_process_shards_into_a_group_of_one_and_keeps_weights_on_the_cpu():
         wrapped = wrap_model(model, rt, DistConfig(wrap=Wrap.fsdp, cpu_offload=True), shard_modules=list(model))
         assert dist.is_initialized() and dist.get_world_size() == 1 and not rt.distributed
         assert all(isinstance(p, DTensor) and p.device.type == "cpu" for p in wrapped.parameters())
+        assert compute_device(wrapped) == rt.device  # where inputs and caches go, recorded by the wrap
+        assert getattr(wrapped, "_distlab_offload_device", None) == rt.device
         opt = torch.optim.AdamW(wrapped.parameters(), lr=0.1)
         wrapped(torch.ones(3, 4)).sum().backward()
         opt.step()
@@ -83,3 +86,18 @@ def test_run_names_do_not_change_when_a_model_inherits_its_wrap():
     default = name()
     assert default == name("models.policy.wrap=ddp", "models.critic.wrap=ddp", "models.reference.wrap=ddp") \
         == name("dist.wrap=fsdp")
+
+
+def test_recipes_ask_where_a_model_computes_not_where_its_first_parameter_lies():
+    """Under FSDP2's CPU offload (and the ``offload`` placement) the parameters live on the host while the model
+    computes on its GPU; code that put inputs or a KV cache next to ``next(model.parameters())`` crashed the SCoRe
+    3B offload row on an H100 ("Expected all tensors to be on the same device") on 2026-11-26."""
+    from pathlib import Path
+
+    import distlab
+
+    root = Path(distlab.__file__).parent
+    offenders = [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py"))
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if "parameters()).device" in line and path.name != "placement.py"]
+    assert offenders == [], f"use distlab.placement.compute_device instead at {offenders}"

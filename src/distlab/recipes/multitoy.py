@@ -19,7 +19,7 @@ from torch import nn
 
 from distlab.config import BaseConfig
 from distlab.dist import module_checksum
-from distlab.placement import ModelSettings, place, soft_update_, wrap_of
+from distlab.placement import ModelSettings, compute_device, place, soft_update_, wrap_of
 from distlab.recipe import ModelSpec, Recipe
 from distlab.sampler import GlobalBatchSampler, check_divisible
 from distlab.wrap import unwrap
@@ -116,7 +116,7 @@ def train(cfg: MultiToyConfig, session) -> dict:
     step = session.restore()
     restored = fingerprints(policy, critic, target, ema, opts, sampler, step)
     x_all, y_all = _data(cfg)
-    dev = {n: next(unwrap(m).parameters()).device for n, m in
+    dev = {n: compute_device(m) for n, m in
            (("policy", policy), ("critic", critic), ("target", target))}
     check_divisible(cfg.global_batch_size, rt.world_size, 1)
     status, last, steps = "completed", {}, cfg.steps  # end_step may lower steps; the config keeps what was asked

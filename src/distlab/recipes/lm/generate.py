@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from distlab.errors import DistlabError
+from distlab.placement import compute_device
 from distlab.recipes.lm.logprobs import position_ids_from_mask
 from distlab.recipes.lm.model_parts import unwrap_model
 from distlab.recipes.lm.sampling import sample_next
@@ -138,7 +139,7 @@ def generate(
     """
     if isinstance(prompts, str):
         raise DistlabError("generate() takes a list of prompts, not one string")
-    device = next(unwrap_model(model).parameters()).device
+    device = compute_device(model)  # not its first parameter's: FSDP2's CPU offload keeps those on the host
     prompt_list = [p for p in prompts for _ in range(n)]
     if not prompt_list:
         return []
@@ -168,7 +169,7 @@ def generate_from_ids(
     batch_rows: int | None = None,
 ) -> list[Completion]:
     """:func:`generate` for prompts already tokenised (multi-turn episodes that must not be re-tokenised)."""
-    device = next(unwrap_model(model).parameters()).device
+    device = compute_device(model)  # not its first parameter's: FSDP2's CPU offload keeps those on the host
     rows = [list(p) for p in prompt_ids for _ in range(n)]
     if not rows:
         return []

@@ -86,7 +86,7 @@ def critic_losses(q: nn.Module, v: nn.Module, target: nn.ModuleDict, t: Transiti
                   ) -> tuple[Tensor, Tensor]:
     """Sums of squared TD errors over both heads and both transitions: ``(q_loss_sum, v_loss_sum)``."""
     q_target, v_target = td_targets(target, t, gamma)
-    q_dev, v_dev = next(q.parameters()).device, next(v.parameters()).device
+    q_dev, v_dev = compute_device(q), compute_device(v)
     q_pred = q(torch.cat([t.s0a1, t.s1a2]).to(q_dev))
     v_pred = v(torch.cat([t.s0, t.s1]).to(v_dev))
     return ((q_pred - q_target.to(q_dev)) ** 2).sum(), ((v_pred - v_target.to(v_dev)) ** 2).sum()
@@ -117,8 +117,8 @@ def critic_step(q: nn.Module, v: nn.Module, target: nn.ModuleDict, opt_q: torch.
 def critic_advantages(q: nn.Module, v: nn.Module, t: Transitions) -> tuple[Tensor, Tensor]:
     """``A_k = min(Q1, Q2)(s, a_k) - min(V1, V2)(s)`` for turn 1 and turn 2, on the CPU."""
     with torch.no_grad():
-        qs = unwrap(q)(torch.cat([t.s0a1, t.s1a2]).to(next(q.parameters()).device)).min(-1).values.cpu()
-        vs = unwrap(v)(torch.cat([t.s0, t.s1]).to(next(v.parameters()).device)).min(-1).values.cpu()
+        qs = unwrap(q)(torch.cat([t.s0a1, t.s1a2]).to(compute_device(q))).min(-1).values.cpu()
+        vs = unwrap(v)(torch.cat([t.s0, t.s1]).to(compute_device(v))).min(-1).values.cpu()
     adv = qs - vs
     n = len(t)
     return adv[:n], adv[n:]
