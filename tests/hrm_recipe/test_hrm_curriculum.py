@@ -104,3 +104,14 @@ def test_sampled_eval_on_two_ranks_keeps_the_plain_numbers(workdir):
     assert ev["exact_accuracy"] == _summary(run_dir)["eval"]["exact_accuracy"]  # and as training's 1-rank eval
     assert ev["sampled_oracle_exact_accuracy"] >= ev["sampled_exact_accuracy"]
     assert ev["sampled_eval_time_s"] > ev["eval_time_s"] > 0
+
+
+def test_a_time_limited_curriculum_run_warns_that_its_schedule_follows_steps(workdir):
+    """A budget run plans far more steps than its time allows; its curriculum then never leaves the first stage
+    (seen on an H100 on 2026-11-26): the run says so at its start."""
+    args = ["train", "hrm", *TINY, "steps=2", "arch.curriculum=linear", "run.time_limit_s=600", "run.name=timed"]
+    out = run_cli(args, workdir)
+    said = out.stdout + out.stderr
+    assert "arch.curriculum grows the depth over steps=2, not over run.time_limit_s=600s" in said
+    quiet = run_cli(["train", "hrm", *TINY, "steps=2", "arch.curriculum=linear", "run.name=untimed"], workdir)
+    assert "arch.curriculum grows the depth" not in quiet.stdout + quiet.stderr

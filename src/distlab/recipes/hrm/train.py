@@ -118,6 +118,10 @@ def train(cfg: HRMConfig, session) -> dict:
     status, last, t_start, flops_done = "completed", {}, time.perf_counter(), flops_step * step
     window, window_steps = {}, 0  # metric sums since the last log line (on the device: no sync per step)
     planned = steps  # arch.curriculum follows the planned steps (a time limit may lower ``steps`` on the way)
+    if cfg.arch.curriculum and cfg.run.time_limit_s:
+        log.warning("arch.curriculum grows the depth over steps=%d, not over run.time_limit_s=%gs: if the time limit "
+                    "ends the run first, the deeper stages never train; set steps to what the budget reaches",
+                    planned, cfg.run.time_limit_s)
     model.train()
     while step < steps:
         if cfg.arch.curriculum:  # a pure function of the step: a resumed run trains at the depth it stopped at
