@@ -14,7 +14,7 @@ for case in ${CASES:-64:512 64:256 8:256 8:512}; do
   for source in ${1//,/ }; do
     tag=$(echo "$source" | tr ':/' '__')_p${prompts}_n${tokens}
     python3 benchmarks/lm_generate.py --source "$source" --device cuda --dtype bf16 --prompts "$prompts" \
-      --samples 8 --new-tokens "$tokens" --backends "${BACKENDS:-static,hf-static,hf}" --json "$OUT/$tag.json" 2>&1 \
+      --samples 8 --new-tokens "$tokens" --backends "${BACKENDS:-static,static-compact,hf-static,hf}" --json "$OUT/$tag.json" 2>&1 \
       | grep -v "Loading\|de-quantizing" | tail -6
   done
 done

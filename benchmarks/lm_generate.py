@@ -56,7 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--backends", default="hf,static",
                     help=f"comma list of {', '.join(BACKENDS)}; 'static-noshare' is static with every row prefilled "
-                         f"(no prefix sharing), to measure what sharing a prompt's prefill across its G samples saves")
+                         f"(no prefix sharing), to measure what sharing a prompt's prefill across its G samples saves; "
+                         f"'static-compact' is static with compact_rows (finished rows leave the decoded batch)")
     ap.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                     help="static backend: torch.compile + CUDA graphs (auto: on for CUDA)")
     ap.add_argument("--repeats", type=int, default=1, help="timed calls per backend (the median is reported)")
@@ -87,10 +88,11 @@ def _sync(device: torch.device) -> None:
 
 def run_backend(model, tok, prompts: list[str], backend: str, args, device: torch.device) -> dict:
     compile_flag = None if args.compile == "auto" else args.compile == "on"
-    label, share = backend, backend != "static-noshare"
-    backend = "static" if backend == "static-noshare" else backend
+    label, share, compact = backend, backend != "static-noshare", backend == "static-compact"
+    backend = "static" if backend in ("static-noshare", "static-compact") else backend
     kw = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, top_p=args.top_p, n=args.samples,
-              backend=backend, compile=compile_flag, **({} if share else {"share_prefix": False}))
+              backend=backend, compile=compile_flag, **({} if share else {"share_prefix": False}),
+              **({"compact_rows": True} if compact else {}))
     t0 = time.perf_counter()
     generate(model, tok, prompts, seed=args.seed, **kw)
     _sync(device)

@@ -309,3 +309,42 @@ def test_fixed_cache_shape_exceeded_warns_and_still_runs(tiny, cache_path, caplo
     assert [c.token_ids for c in out] == [c.token_ids for c in ref]
     with pytest.raises(DistlabError, match="batch_rows must be >= 1"):
         generate(model, tok, ["x"], batch_rows=0, **kw)
+
+
+EARLY_AND_LATE = ["ab", "a", "abc", "abc\n", "yes", "b"]  # the tiny model ends these after 2, 10, 11, 13, 30, never
+
+
+@pytest.mark.parametrize("cache_path", ["static"], indirect=True)
+def test_compacted_rows_change_no_greedy_token(tiny, cache_path, forward_rows, monkeypatch):
+    """``compact_rows``: once most rows have finished, the rest decode on a cache of half as many rows (24 -> 12
+    -> 6 here); at temperature 0 every token, length and finish reason is what the full batch gives."""
+    from distlab.recipes.lm import generate as gen
+
+    model, tok = tiny
+    monkeypatch.setattr(gen, "COMPACT_MIN_ROWS", 2)
+    kw = dict(max_new_tokens=40, temperature=0, n=4, compile=cache_path)
+    full = generate(model, tok, EARLY_AND_LATE, **kw)
+    assert {rows for rows, _ in forward_rows[1:]} == {24}
+    forward_rows.clear()
+    compact = generate(model, tok, EARLY_AND_LATE, compact_rows=True, **kw)
+    decoded = [rows for rows, _ in forward_rows[1:]]
+    assert decoded[0] == 24 and {12, 6} <= set(decoded) and decoded == sorted(decoded, reverse=True)
+    assert [c.token_ids for c in compact] == [c.token_ids for c in full]
+    assert [c.finish_reason for c in compact] == [c.finish_reason for c in full]
+    assert [len(c.token_ids) for c in full][::4] == [2, 10, 11, 13, 30, 40]
+    # the smaller caches stay on the model for the next call, and go when the main cache's shape changes
+    assert {k[0] for k in model.__dict__["_distlab_compact_caches"]} == {12, 6}
+    again = generate(model, tok, EARLY_AND_LATE, compact_rows=True, **kw)
+    assert [c.token_ids for c in again] == [c.token_ids for c in full]
+    generate(model, tok, EARLY_AND_LATE[:2], compact_rows=True, **kw)
+    assert {k[0] for k in model.__dict__.get("_distlab_compact_caches", {})} <= {4, 2}
+    model.__dict__.pop("_distlab_compact_caches", None)
+
+
+def test_compaction_keeps_live_rows_in_order_and_fills_with_a_finished_row():
+    from distlab.recipes.lm.generate import compacted_rows, compaction_index
+
+    assert compacted_rows(512, 300) == 512 and compacted_rows(512, 256) == 256 and compacted_rows(512, 3) == 8
+    assert compacted_rows(24, 8) == 12 and compacted_rows(8, 0) == 8
+    finished = torch.tensor([True, False, True, False, True, True, True, True])
+    assert compaction_index(finished, 4).tolist() == [1, 3, 0, 0]

@@ -114,7 +114,7 @@ def rollout(cfg: GRPOConfig, parts: Parts, tasks: list[Task], prompts: list[str]
                             max_new_tokens=cfg.sampling.max_completion_length, temperature=cfg.sampling.temperature,
                             top_p=cfg.sampling.top_p, stop_strings=stops, seed=seed + start, n=cfg.num_generations,
                             backend=cfg.sampling.backend, max_prompt_length=parts.max_prompt_length,
-                            batch_rows=chunk * cfg.num_generations)
+                            batch_rows=chunk * cfg.num_generations, compact_rows=cfg.sampling.compact_rows)
             for c in part:
                 c.prompt_index += start
                 task = tasks[c.prompt_index]

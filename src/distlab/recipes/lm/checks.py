@@ -50,6 +50,9 @@ def check_sampling(s: SamplingConfig) -> None:
         raise DistlabError(f"sampling.temperature={s.temperature} must be above 0 and finite for training: at 0 "
                            f"(greedy) the G completions of a group are equal and every advantage is 0; "
                            f"evaluation is greedy anyway (evaluation.eval_temperature is for sampled pass@k)")
+    if s.compact_rows and s.backend != "static":
+        raise DistlabError(f"sampling.compact_rows=true shrinks the static backend's KV cache, and "
+                           f"sampling.backend={s.backend} has none; use sampling.backend=static or drop compact_rows")
 
 
 def check_evaluation(ev: EvalConfig) -> None:

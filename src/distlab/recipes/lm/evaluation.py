@@ -35,7 +35,8 @@ def _scores(model, tok, tasks: list[Task], prompts: list[str], sampling: Samplin
     for start in range(0, len(tasks), chunk):
         comps = generate(model, tok, prompts[start:start + chunk], max_new_tokens=sampling.max_completion_length,
                          temperature=temperature, top_p=sampling.top_p if temperature > 0 else 1.0,
-                         stop_strings=stops, seed=seed + start, n=n, backend=sampling.backend)
+                         stop_strings=stops, seed=seed + start, n=n, backend=sampling.backend,
+                         compact_rows=sampling.compact_rows)
         futures += [scorer.submit(tasks[start + c.prompt_index], c.text) for c in comps]
         if on_chunk is not None:
             on_chunk(len(prompts[start:start + chunk]))

@@ -30,6 +30,13 @@ so a rollout with a longer prompt or fewer prompts recompiles. A caller that pas
 the first prompt, so prefix sharing prefills them for free). A call that exceeds either still runs, on
 a larger cache, and logs a warning. Both are ignored where no ``StaticCache`` is used.
 
+Finished rows (``static`` with ``compile``, ``compact_rows=True``): the compiled step decodes every row of its
+cache, finished or not, so a batch whose rows mostly ended early keeps paying for the longest one. With
+``compact_rows`` the loop, at the stop checks it already syncs for, moves the live rows into a cache of half as
+many rows once at most half are live (down to ``COMPACT_MIN_ROWS``), each such cache kept on the model beside the
+first and its graph compiled once per run: at most twice the KV memory, one capture per row count. Off by default
+until it is measured on a GPU; at temperature 0 it changes no token.
+
 Greedy decoding (``temperature=0``) gives the same tokens with either backend; sampling is
 reproducible for a given ``seed`` within a backend. All completions of one call are padded into one
 batch, so call it with every prompt x G sample of a rollout at once.
@@ -63,6 +70,7 @@ class StaticOptions:
     share_prefix: bool = True
     max_prompt_length: int | None = None
     batch_rows: int | None = None
+    compact_rows: bool = False
 
     def check(self) -> None:
         for name in ("max_prompt_length", "batch_rows"):
@@ -126,6 +134,7 @@ def generate(
     share_prefix: bool = True,
     max_prompt_length: int | None = None,
     batch_rows: int | None = None,
+    compact_rows: bool = False,
 ) -> list[Completion]:
     """Sample ``n`` completions of each prompt; results are ordered prompt-major (``prompt_index``).
 
@@ -134,8 +143,9 @@ def generate(
     its decoded text contains one (checked every ``stop_check_every`` tokens, cut exactly afterwards).
     ``compile`` (default: on for CUDA), ``share_prefix`` (prefill each distinct prompt once),
     ``max_prompt_length`` and ``batch_rows`` (fix the compiled cache shape for a whole run: the longest
-    prompt in tokens, and the rows = prompts x ``n`` of the largest call) apply to the ``static`` backend
-    only; see the module docstring.
+    prompt in tokens, and the rows = prompts x ``n`` of the largest call) and ``compact_rows`` (decode only
+    live rows on a smaller cache once most have finished) apply to the ``static`` backend only; see the
+    module docstring.
     """
     if isinstance(prompts, str):
         raise DistlabError("generate() takes a list of prompts, not one string")
@@ -144,7 +154,7 @@ def generate(
     if not prompt_list:
         return []
     input_ids, attention_mask, prompt_ids = encode_prompts(tokenizer, prompt_list, device, add_special_tokens)
-    options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows)
+    options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows, compact_rows)
     return _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n, max_new_tokens, temperature,
                             top_p, stop_strings, seed, generator, backend, options, stop_check_every)
 
@@ -167,6 +177,7 @@ def generate_from_ids(
     share_prefix: bool = True,
     max_prompt_length: int | None = None,
     batch_rows: int | None = None,
+    compact_rows: bool = False,
 ) -> list[Completion]:
     """:func:`generate` for prompts already tokenised (multi-turn episodes that must not be re-tokenised)."""
     device = compute_device(model)  # not its first parameter's: FSDP2's CPU offload keeps those on the host
@@ -176,7 +187,7 @@ def generate_from_ids(
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
     input_ids, attention_mask = left_pad(rows, pad, device)
-    options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows)
+    options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows, compact_rows)
     return _generate_padded(model, tokenizer, input_ids, attention_mask, rows, n, max_new_tokens, temperature,
                             top_p, stop_strings, seed, generator, backend, options, stop_check_every)
 
@@ -292,6 +303,7 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, ma
     finished = alive >= real_rows  # rows padding the batch to its fixed size are done from the start
     window = stop_window_tokens(stops, check_every)
     on_cpu = device.type == "cpu"
+    compact = static and options.compact_rows and not _has_sliding_layers(cache)
 
     for step in range(max_new_tokens):
         tok = sample_next(logits, temperature, top_p, generator)
@@ -312,6 +324,13 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, ma
                 cache.batch_select_indices(keep)
                 alive, finished, mask = alive[keep], finished[keep], mask[keep]
                 tok, next_pos = tok[keep], next_pos[keep]
+        if compact and (step + 1) % check_every == 0:  # the all() check above has just synced
+            rows = compacted_rows(batch, int((~finished).sum()))
+            if rows < batch:
+                keep = compaction_index(finished, rows)
+                cache = _compacted_cache(model, base.config, cache, keep, total, prompt_len + step, device)
+                alive, finished, mask = alive[keep], finished[keep], mask[keep]
+                tok, next_pos, batch = tok[keep], next_pos[keep], rows
         if step_fn is not None:
             torch.compiler.cudagraph_mark_step_begin()
             logits = step_fn(tok[:, None], next_pos, mask, cache).float()
@@ -411,6 +430,44 @@ def _pad_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_ids:
     return input_ids[index], attention_mask[index], list(prompt_ids) + [prompt_ids[0]] * extra
 
 
+COMPACT_MIN_ROWS = 8  # below this a smaller graph saves less than its capture costs
+
+
+def compacted_rows(rows: int, live: int) -> int:
+    """The row count to decode ``live`` rows in: ``rows`` halved while the half still holds them all (and at
+    least ``COMPACT_MIN_ROWS``), so a run meets a handful of shapes, each compiled once."""
+    while rows // 2 >= max(live, COMPACT_MIN_ROWS):
+        rows //= 2
+    return rows
+
+
+def compaction_index(finished: torch.Tensor, rows: int) -> torch.Tensor:
+    """Indices into the batch of the ``rows`` rows kept: every live row in order, then a finished row repeated
+    as filler (finished rows only carry padding, so the filler decodes nothing that is kept)."""
+    live = (~finished).nonzero().squeeze(-1)
+    filler = finished.nonzero()[:1].squeeze(-1).expand(rows - live.numel())
+    return torch.cat([live, filler])
+
+
+def _compacted_cache(model, config, cache, keep: torch.Tensor, length: int, filled: int, device: torch.device):
+    """A cache of ``keep.numel()`` rows holding the first ``filled`` positions of the ``keep`` rows of ``cache``
+    (as the shared prefill writes a static cache); one per row count is kept on the model for the next call."""
+    from transformers import StaticCache
+
+    rows = keep.numel()
+    held = model.__dict__.setdefault("_distlab_compact_caches", {})
+    key = (rows, length, next(unwrap_model(model).parameters()).dtype, device)
+    smaller = held.get(key)
+    if smaller is None:
+        smaller = held[key] = StaticCache(config=config, max_cache_len=length)
+    else:
+        smaller.reset()
+    for index, layer in enumerate(cache.layers):
+        smaller.update(layer.keys[:, :, :filled].index_select(0, keep),
+                       layer.values[:, :, :filled].index_select(0, keep), index)
+    return smaller
+
+
 def _rows_with_stop(tokenizer, tokens: torch.Tensor, lengths: torch.Tensor, finished: torch.Tensor,
                     stops: Sequence[str], window: int) -> torch.Tensor:
     """Bool per row: its last ``window`` kept tokens decode to text holding a stop string."""
@@ -448,6 +505,7 @@ def _reusable_static_cache(model, config, batch: int, length: int, device: torch
         return held[1]
     cache = StaticCache(config=config, max_cache_len=length)
     model.__dict__["_distlab_static_cache"] = (key, cache)  # a plain attribute, not a registered module
+    model.__dict__.pop("_distlab_compact_caches", None)  # the smaller caches of the old shape go with it
     return cache
 
 

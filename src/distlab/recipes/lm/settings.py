@@ -55,6 +55,8 @@ class SamplingConfig:
     top_p: float = 1.0
     backend: SamplingBackend = SamplingBackend.static
     chunk_prompts: int = 0  # prompts per generate call (0 = all of a rank's at once); scoring overlaps the next
+    compact_rows: bool = False  # static backend: once half the rows have finished, decode the rest on a cache half
+    # as large (one compiled graph per row count; lm/generate.py); off until measured on a GPU
 
 
 @dataclass

@@ -57,7 +57,7 @@ def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer:
         return []
     s = cfg.sampling
     shapes = players.shapes if fixed else CacheShapes()
-    on_policy = dict(max_prompt_length=shapes.policy_prompt, batch_rows=shapes.rows)
+    on_policy = dict(max_prompt_length=shapes.policy_prompt, batch_rows=shapes.rows, compact_rows=s.compact_rows)
     tok, mode = players.tok, players.mode
     prompts1 = [prompt_text(t, tok, mode, few_shot) for t in tasks]
     stops = stops_for(tasks, mode)
@@ -84,7 +84,8 @@ def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer:
             hints = generate(unwrap(players.guidance), players.gtok, gprompts, max_new_tokens=cfg.hint_max_tokens,
                              temperature=hint_temperature, top_p=s.top_p if hint_temperature > 0 else 1.0,
                              stop_strings=("\n",) if players.guide_mode == "text" else (), seed=seed + SEED_HINT,
-                             backend=s.backend, max_prompt_length=shapes.guidance_prompt, batch_rows=shapes.rows)
+                             backend=s.backend, max_prompt_length=shapes.guidance_prompt, batch_rows=shapes.rows,
+                             compact_rows=s.compact_rows)
         for ep, h in zip(episodes, hints):
             ep.hint, ep.hint_prompt_ids = h, list(h.prompt_ids)
     with_hint = [turn2_prompt(ep, tok, mode, prompts1[ep.group], ep.hint_text, cfg.instruction, few_shot,
@@ -99,7 +100,8 @@ def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer:
                                 stop_strings=stops, seed=seed + SEED_TURN2, backend=s.backend, **on_policy)
         y2b = (generate_from_ids(inner, tok, [ids for ids, _ in bare], max_new_tokens=s.max_completion_length,
                                  temperature=temperature, top_p=s.top_p if temperature > 0 else 1.0,
-                                 stop_strings=stops, seed=seed + SEED_NO_HINT, backend=s.backend)
+                                 stop_strings=stops, seed=seed + SEED_NO_HINT, backend=s.backend,
+                                 compact_rows=s.compact_rows)
                if bare is not None else None)
     for ep, (ids, roles), c in zip(episodes, with_hint, y2s):
         ep.ids, ep.roles, ep.y2 = list(ids), list(roles), c
