@@ -62,3 +62,14 @@ join_asset() {  # DIR: stash this call's pieces, then join all of them (kept whe
   ASSET=/tmp/asset/$name
   python3 benchmarks/model_asset.py join --stash "$stash" --out "$ASSET" || exit 1
 }
+
+QWEN=/tmp/asset/qwen2.5-coder-0.5b-instruct.gguf
+
+join_qwen() {  # the Qwen2.5-Coder-0.5B asset, joined once per warm machine and checked; sets ASSET
+  if [ ! -f "${ASSET:-}" ]; then
+    join_asset .asset_qwen
+    python3 benchmarks/model_asset.py check-gguf "$ASSET" --expect-arch qwen2 --expect-layers 24 --expect-dim 896 \
+      || exit 1
+  fi
+  export ASSET
+}

