@@ -481,7 +481,9 @@ def check_memory_options(cfg: Any) -> None:
         raise DistlabError(f"dist.comm_hook={hook} compresses DDP's gradient all-reduce but dist.wrap={wrap}; use "
                            f"dist.wrap=ddp or dist.comm_hook=none (FSDP2 reduce-scatters and has no DDP comm hooks)")
     models = getattr(cfg, "models", None) or {}
-    wraps = {name: _plain(m.wrap) if m.wrap is not None else wrap for name, m in models.items() if m.trainable}
+    from distlab.placement import wrap_of  # placement builds on this module's DistConfig
+
+    wraps = {name: wrap_of(m, d) for name, m in models.items() if m.trainable}
     if hook != "none":
         for name, w in wraps.items():
             if w != "ddp":

@@ -8,11 +8,12 @@ the parameters an optimizer holds) before the run starts to pay for it, and can 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from distlab.errors import DistlabError
-from distlab.recipe import OPTIMIZER_STATE_BYTES
+from distlab.recipe import OPTIMIZER_STATE_BYTES, adam_state_key
 
 GIB = 1024 ** 3
 
@@ -53,10 +54,10 @@ def available_bytes() -> int | None:
     return min(values) if values else None
 
 
-def host_training_bytes(optimizers: list[torch.optim.Optimizer], state_dtype: str) -> int:
+def host_training_bytes(optimizers: list[torch.optim.Optimizer], state_dtype: Any) -> int:
     """Bytes the optimizers' host-resident parameters will add once training starts: a gradient per element and
     AdamW's moments at ``state_dtype``. Parameters on a GPU count nothing here (the doctor plans GPU memory)."""
-    moments = OPTIMIZER_STATE_BYTES["adamw" if state_dtype == "fp32" else f"adam_{state_dtype}"]
+    moments = OPTIMIZER_STATE_BYTES[adam_state_key(state_dtype)]
     total = 0
     for opt in optimizers:
         for group in opt.param_groups:

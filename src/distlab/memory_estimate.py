@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from distlab.errors import DistlabError
-from distlab.recipe import OPTIMIZER_STATE_BYTES, ModelSpec
+from distlab.recipe import OPTIMIZER_STATE_BYTES, ModelSpec, adam_state_key
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,9 @@ def estimate_memory(spec: ModelSpec, *, strategy: str = "ddp", world_size: int =
 
 def adjust_for_state_dtype(spec: ModelSpec, state_dtype: Any) -> ModelSpec:
     """A ModelSpec whose Adam state is counted at ``optim.state_dtype`` (bf16 and int8 moments are smaller)."""
-    state_dtype = getattr(state_dtype, "value", state_dtype)
-    if state_dtype == "fp32" or getattr(spec, "optimizer", None) not in ("adam", "adamw"):
+    if getattr(spec, "optimizer", None) not in ("adam", "adamw"):
         return spec
-    return dataclasses.replace(spec, optimizer=f"adam_{state_dtype}")
+    return dataclasses.replace(spec, optimizer=adam_state_key(state_dtype, spec.optimizer))
 
 
 def recipe_specs(recipe: Any, cfg: Any) -> ModelSpec | list[ModelSpec] | None:

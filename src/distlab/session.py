@@ -146,8 +146,7 @@ class Session:
         """
         from distlab.hostmem import available_bytes, check_room, host_training_bytes
 
-        state_dtype = str(getattr(self.cfg.optim.state_dtype, "value", self.cfg.optim.state_dtype))
-        check_room(name, host_training_bytes(list(optimizers), state_dtype), self.rt.local_world_size,
+        check_room(name, host_training_bytes(list(optimizers), self.cfg.optim.state_dtype), self.rt.local_world_size,
                    available_bytes())
         self.state.add_model(name, model, list(optimizers))
 

@@ -316,7 +316,9 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, ma
         if step == max_new_tokens - 1:
             break
         # Every check costs a device sync; on CUDA only look every few steps.
-        if (on_cpu or (step + 1) % check_every == 0) and bool(finished.all()):
+        checked = on_cpu or (step + 1) % check_every == 0
+        live = int((~finished).sum()) if checked else None
+        if live == 0:
             break
         if on_cpu and not static:
             keep = (~finished).nonzero().squeeze(-1)
@@ -324,8 +326,8 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, ma
                 cache.batch_select_indices(keep)
                 alive, finished, mask = alive[keep], finished[keep], mask[keep]
                 tok, next_pos = tok[keep], next_pos[keep]
-        if compact and (step + 1) % check_every == 0:  # the all() check above has just synced
-            rows = compacted_rows(batch, int((~finished).sum()))
+        if compact and live is not None and (step + 1) % check_every == 0:  # counted at the sync above
+            rows = compacted_rows(batch, live)
             if rows < batch:
                 keep = compaction_index(finished, rows)
                 cache = _compacted_cache(model, base.config, cache, keep, total, prompt_len + step, device)
@@ -454,9 +456,8 @@ def _compacted_cache(model, config, cache, keep: torch.Tensor, length: int, fill
     (as the shared prefill writes a static cache); one per row count is kept on the model for the next call."""
     from transformers import StaticCache
 
-    rows = keep.numel()
     held = model.__dict__.setdefault("_distlab_compact_caches", {})
-    key = (rows, length, next(unwrap_model(model).parameters()).dtype, device)
+    key = _cache_key(model, keep.numel(), length, device)
     smaller = held.get(key)
     if smaller is None:
         smaller = held[key] = StaticCache(config=config, max_cache_len=length)
@@ -489,6 +490,11 @@ def cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
+def _cache_key(model, rows: int, length: int, device: torch.device) -> tuple:
+    """What a kept ``StaticCache`` is reused for: its shape, the weights' dtype and the device."""
+    return rows, length, next(unwrap_model(model).parameters()).dtype, device
+
+
 def _reusable_static_cache(model, config, batch: int, length: int, device: torch.device):
     """One ``StaticCache`` kept on the model and reset between calls.
 
@@ -498,7 +504,7 @@ def _reusable_static_cache(model, config, batch: int, length: int, device: torch
     """
     from transformers import StaticCache
 
-    key = (batch, length, next(unwrap_model(model).parameters()).dtype, device)
+    key = _cache_key(model, batch, length, device)
     held = model.__dict__.get("_distlab_static_cache")
     if held is not None and held[0] == key:
         held[1].reset()
