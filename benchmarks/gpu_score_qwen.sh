@@ -32,8 +32,10 @@ else
   ASSET=${ASSET:-$QWEN}
   MODEL="model.source=$ASSET model.prompt_mode=chat task.mbpp_dir=${MBPP_DIR:-.data/mbpp} task.train=mbpp
          task.train_split=train task.eval=mbpp task.eval_split=test task.eval_size=${EVAL_N:-32}"
-  SIZE="steps=1000 prompts_per_step=16 num_generations=4 micro_batch_size=32 sampling.max_completion_length=384
-        hint_max_tokens=64"
+  # micro-batch 32 without checkpointing ran out of memory on an H100 (2026-11-26: 67 GiB at step 24 without
+  # guidance, the first step with it; the doctor estimated 75.9 GiB); 8 with checkpointing peaked at 26 GiB
+  SIZE="steps=1000 prompts_per_step=16 num_generations=4 micro_batch_size=8 dist.activation_checkpointing=blocks
+        sampling.max_completion_length=384 hint_max_tokens=64"
   DEVICE="dist.precision=bf16 models.policy.dtype=bf16 models.reference.dtype=bf16 models.guidance.dtype=bf16
           sandbox.workers=14"
   LAUNCH="--gpus 1"; RUNS=/tmp/runs
@@ -45,8 +47,8 @@ if [ "$STAGE" = train ]; then
   python3 -m distlab.cli train score $MODEL $SIZE $GUIDE lr=${LR:-2e-6} guidance_lr=${LR:-2e-6} beta1=0.01 alpha=10 \
     stage_schedule=I:4,II:* advantage=mc sampling.temperature=1.0 evaluation.before=false \
     sandbox.timeout_s=${TIMEOUT_S:-3} ckpt.every=${CKPT_EVERY:-0} log.every=1 log.progress=false run.dir=$RUNS \
-    run.name=$RUN run.time_limit_s=${TRAIN_S:-420} $DEVICE $LAUNCH 2>&1 \
-    | grep -v "^step \|Loading\|de-quantizing\|Writing model" | tail -30
+    run.name=$RUN run.time_limit_s=${TRAIN_S:-420} $DEVICE ${EXTRA:-} $LAUNCH > "$OUT/${RUN}_train.log" 2>&1
+  grep -v "^step \|Loading\|de-quantizing\|Writing model" "$OUT/${RUN}_train.log" | tail -30  # kept whole if cut
   cp $RUNS/$RUN/metrics.jsonl "$OUT/${RUN}_metrics.jsonl" 2>/dev/null
   cp $RUNS/$RUN/summary.json "$OUT/${RUN}_summary.json" 2>/dev/null
 elif [ "$STAGE" = eval ]; then
@@ -55,8 +57,10 @@ elif [ "$STAGE" = eval ]; then
     case "$SET" in mbpp) N=500 ;; humaneval) N=164 ;; *) echo "eval set must be mbpp or humaneval, not $SET"; exit 2 ;; esac
   else SET=synthetic; fi
   # shellcheck disable=SC2086
+  # all 500 MBPP prompts in one generate call ran out of an H100's memory (2026-11-26): 64 prompts per call
   python3 -m distlab.cli eval $RUNS/$RUN task.eval=$SET task.eval_split=${SPLIT:-test} task.eval_size=$N \
-    sandbox.timeout_s=5 -o /tmp/${SET}_$RUN $LAUNCH 2>&1 | grep -v "Loading\|de-quantizing\|Writing model" | tail -30
+    sandbox.timeout_s=5 sampling.chunk_prompts=${CHUNK:-64} -o /tmp/${SET}_$RUN $LAUNCH > "$OUT/${RUN}_${SET}.log" 2>&1
+  grep -v "Loading\|de-quantizing\|Writing model" "$OUT/${RUN}_${SET}.log" | tail -30
   cp /tmp/${SET}_$RUN/eval.json "$OUT/${RUN}_${SET}_eval.json" 2>/dev/null
   cp /tmp/${SET}_$RUN/problems.json "$OUT/${RUN}_${SET}_problems.json" 2>/dev/null
 fi

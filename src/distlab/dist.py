@@ -290,11 +290,34 @@ def tensor_fingerprints(module: torch.nn.Module) -> torch.Tensor:
     return torch.stack(rows) if rows else torch.zeros(0, 2, dtype=torch.int64)
 
 
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of an FSDP2-sharded (DTensor) one, as a plain tensor; any other tensor unchanged.
+
+    A collective for a DTensor: every rank must gather the same tensors in the same order. With
+    ``dist.cpu_offload`` the shards live on the host while the mesh communicates on the GPU (NCCL moves no host
+    tensors), so a shard goes to the mesh's device type first and the whole tensor comes back there.
+    """
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(t, DTensor):
+        return t
+    local = t.to_local()
+    if local.device.type != t.device_mesh.device_type:
+        local = local.to(t.device_mesh.device_type)
+        t = DTensor.from_local(local, t.device_mesh, t.placements, run_check=False, shape=t.shape, stride=t.stride())
+    return t.full_tensor()
+
+
+def full_state_dict(module: torch.nn.Module) -> dict[str, Any]:
+    """``module.state_dict()`` with every sharded tensor gathered whole: what a plain (unsharded) copy of the
+    model loads. A collective when the module is sharded."""
+    return {name: full_tensor(t) if isinstance(t, torch.Tensor) else t for name, t in module.state_dict().items()}
+
+
 def module_checksum(module: torch.nn.Module) -> str:
     h = hashlib.sha1()
     for name, t in sorted(module.state_dict().items()):
-        if hasattr(t, "full_tensor"):
-            t = t.full_tensor()
+        t = full_tensor(t) if isinstance(t, torch.Tensor) else t
         if isinstance(t, torch.Tensor):
             h.update(name.encode())
             h.update(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from distlab.config import DistConfig, Wrap
-from distlab.dist import Runtime
+from distlab.dist import Runtime, full_tensor
 from distlab.errors import DistlabError, near_matches
 from distlab.wrap import unwrap
 
@@ -246,6 +246,14 @@ def soft_update_(target: nn.Module | Sequence[torch.Tensor], source: nn.Module |
         group = by_device.setdefault((t.device, t.dtype), ([], []))
         group[0].append(t.data)
         # a device -> host copy must be complete before the CPU reads it, so only host -> device is async
+        if not _is_dtensor(t):  # a plain target (a target critic) follows a sharded source gathered whole
+            s = full_tensor(s)
         group[1].append(s.detach().to(t.device, t.dtype, non_blocking=t.device.type == "cuda"))
     for ts, ss in by_device.values():
         torch._foreach_lerp_(ts, ss, tau)
+
+
+def _is_dtensor(x: torch.Tensor) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(x, DTensor)

@@ -43,6 +43,28 @@ def test_offloaded_training_matches_ddp_and_resumes_across_world_sizes(tmp_path)
     assert losses(tmp_path / "runs" / "offl") == pytest.approx(losses(tmp_path / "runs" / "ddp"), rel=1e-4, abs=1e-5)
 
 
+def test_soft_update_from_a_sharded_offloaded_source_into_a_plain_target():
+    """A target critic (plain tensors, often on the CPU) follows a critic that FSDP2 shards and offloads: the update
+    gathers each shard instead of mixing DTensors with plain tensors (it crashed so on an H100, 2026-11-26)."""
+    import torch.distributed as dist
+
+    from distlab.placement import soft_update_
+
+    torch.manual_seed(0)
+    source = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    target = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    expected = [0.75 * t.detach().clone() + 0.25 * s.detach().clone()
+                for t, s in zip(target.parameters(), source.parameters())]
+    rt = Runtime()
+    try:
+        sharded = wrap_model(source, rt, DistConfig(wrap=Wrap.fsdp, cpu_offload=True), shard_modules=list(source))
+        soft_update_(target, sharded, 0.25)
+    finally:
+        dist.destroy_process_group()
+    for got, want in zip(target.parameters(), expected):
+        assert type(got.data) is torch.Tensor and torch.allclose(got, want, atol=1e-6)
+
+
 def test_dist_wrap_is_every_trained_models_default_and_its_own_setting_wins():
     """dist.wrap=fsdp dist.cpu_offload=true used to reach no model of a multi-model recipe (each model's own wrap
     defaulted to ddp): a 3B SCoRe run so configured offloaded nothing and ran out of memory."""

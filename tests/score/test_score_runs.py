@@ -82,3 +82,14 @@ def test_two_ranks_train_and_evaluate(tmp_path):
     chunked = json.loads((tmp_path / "chunked" / "eval.json").read_text())
     for key in ("acc_t1", "acc_t2", "base_acc_t1", "base_acc_t2", "n_problems"):
         assert chunked[key] == out[key], key
+
+
+def test_two_ranks_with_sharded_offloaded_models_train_every_model(tmp_path):
+    """The 3B SCoRe row with ``dist.wrap=fsdp dist.cpu_offload=true`` crashed on an H100 (2026-11-26): the target
+    critic's soft update mixed the sharded critic's DTensors with its own plain tensors. Two gloo ranks gather the
+    critic's shards in the same order and every trained model takes its steps."""
+    _train(tmp_path, "fsdp", "steps=2", "dist.wrap=fsdp", "dist.cpu_offload=true", procs=2)
+    s = summary(tmp_path / "runs" / "fsdp")
+    assert s["status"] == "completed" and s["world_size"] == 2 and set(s["param_checksums"]) == set(TRAINED)
+    got = rows(tmp_path / "runs" / "fsdp")
+    assert len(got) == 2 and all(r["critic_q_loss"] == r["critic_q_loss"] for r in got)  # not NaN

@@ -25,7 +25,7 @@ from functools import partial
 import torch
 
 from distlab.checkpoint import Box
-from distlab.dist import module_checksum
+from distlab.dist import full_state_dict, module_checksum
 from distlab.logs import peak_memory
 from distlab.optim_state import adamw
 from distlab.placement import DTYPES, compute_device
@@ -77,7 +77,7 @@ def train(cfg: ScoreConfig, session) -> dict:
                           per_rank=max(1, cfg.sft_batch_size // rt.world_size), pack=cfg.sft_pack,
                           seed=cfg.run.seed, chunk_tokens=cfg.logprob_chunk)
         if m.reference is not None:  # KL is measured from the model RL starts from, not from random weights
-            m.reference.load_state_dict(unwrap(m.policy).state_dict())
+            m.reference.load_state_dict(full_state_dict(unwrap(m.policy)))  # gathered if sharded
     sampling = _sampling_copies(cfg, m)  # after restore and warm-up: they copy the weights as they are now
     players = Players(sampling["policy"].module, m.tok, cfg.model.prompt_mode,
                       sampling["guidance"].module if m.guidance is not None else None, m.gtok,
