@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> dict:
 
     try:
         out = evaluate_pass_at_k(model, tok, tasks, [], sampling, EvalConfig(), scorer, Runtime(device=device),
-                                 seed=args.seed, on_chunk=progress)
+                                 seed=args.seed, step_rows=args.chunk, on_chunk=progress)
     finally:
         scorer.close()
     m = out["metrics"]

@@ -57,9 +57,10 @@ elif [ "$STAGE" = eval ]; then
     case "$SET" in mbpp) N=500 ;; humaneval) N=164 ;; *) echo "eval set must be mbpp or humaneval, not $SET"; exit 2 ;; esac
   else SET=synthetic; fi
   # shellcheck disable=SC2086
-  # all 500 MBPP prompts in one generate call ran out of an H100's memory (2026-11-26): 64 prompts per call
+  # evaluation generates in calls of a training step's rows (64 here; all 500 MBPP prompts in one call ran out
+  # of an H100's memory on 2026-11-26); CHUNK overrides it
   python3 -m distlab.cli eval $RUNS/$RUN task.eval=$SET task.eval_split=${SPLIT:-test} task.eval_size=$N \
-    sandbox.timeout_s=5 sampling.chunk_prompts=${CHUNK:-64} -o /tmp/${SET}_$RUN $LAUNCH > "$OUT/${RUN}_${SET}.log" 2>&1
+    sandbox.timeout_s=5 ${CHUNK:+sampling.chunk_prompts=$CHUNK} -o /tmp/${SET}_$RUN $LAUNCH > "$OUT/${RUN}_${SET}.log" 2>&1
   grep -v "Loading\|de-quantizing\|Writing model" "$OUT/${RUN}_${SET}.log" | tail -30
   cp /tmp/${SET}_$RUN/eval.json "$OUT/${RUN}_${SET}_eval.json" 2>/dev/null
   cp /tmp/${SET}_$RUN/problems.json "$OUT/${RUN}_${SET}_problems.json" 2>/dev/null

@@ -84,18 +84,27 @@ class MixedPrecision:
         self.scale(loss).backward()
 
     def step(self, optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer], model: nn.Module | None = None,
-             max_norm: float | None = None) -> torch.Tensor | None:
+             max_norm: float | None = None, *, check_finite: bool = False) -> torch.Tensor | None:
         """One optimizer step of every optimizer in ``optimizers``, or of none when a gradient is inf/NaN.
 
         ``max_norm`` (with ``model``): clip ``model``'s gradients to this global norm (0 or less: measure
         only, as :func:`distlab.wrap.clip_grad_norm`) and return the pre-clip norm as a device tensor; None:
         no clipping, and None is returned. A skipped step returns None and counts in ``skipped_steps``.
         The caller zeroes the gradients afterwards, as before.
+
+        ``check_finite`` (with a norm asked for) extends the skip to fp32 and bf16, where no loss scale explains
+        an inf/NaN gradient: the weights stay finite instead of turning NaN for good (a clipped NaN norm scales
+        every gradient by NaN). It reads the norm on the host, one synchronisation per step, so only loops that
+        read the norm anyway ask for it (the LM recipes); they log the count as ``amp/skipped_steps``.
         """
         opts = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
         measure = model is not None and max_norm is not None
         if not self.enabled:
             norm = clip_grad_norm(model, max_norm) if measure else None
+            self.last_skipped = bool(check_finite and norm is not None and not torch.isfinite(norm).item())
+            if self.last_skipped:
+                self.skipped_steps += 1
+                return None
             for opt in opts:
                 opt.step()
             return norm
@@ -133,9 +142,10 @@ class MixedPrecision:
 
     # -- what the log and the checkpoint hold ------------------------------------------------------
     def metrics(self) -> dict[str, float]:
-        """``amp/scale`` and ``amp/skipped_steps`` with fp16; nothing otherwise (log rows stay as they were)."""
+        """``amp/scale`` and ``amp/skipped_steps`` with fp16; otherwise ``amp/skipped_steps`` once a step was skipped
+        for a non-finite gradient (``check_finite``), and nothing before (log rows stay as they were)."""
         if not self.enabled:
-            return {}
+            return {"amp/skipped_steps": self.skipped_steps} if self.skipped_steps else {}
         return {"amp/scale": float(self.scaler.get_scale()), "amp/skipped_steps": self.skipped_steps}
 
     def state_dict(self) -> dict[str, Any]:

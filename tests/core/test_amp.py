@@ -165,6 +165,47 @@ def test_fp32_and_bf16_are_a_pass_through(precision):
     assert amp.state_dict() == {} and amp.metrics() == {}
 
 
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_check_finite_skips_a_nan_step_in_fp32_and_bf16(precision):
+    """No loss scale explains a NaN gradient in fp32/bf16, but stepping on it makes every weight NaN for good
+    (the clip multiplies each gradient by max_norm / NaN); with check_finite the step is skipped and counted."""
+    model, unguarded = _model(), _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    amp = MixedPrecision(precision, "cpu")
+    before = _weights(model)
+    amp.backward(_loss(model) * float("nan"))
+    assert amp.step(opt, model, 1.0, check_finite=True) is None
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())) and not opt.state
+    assert amp.skipped_steps == 1 and amp.last_skipped and amp.metrics() == {"amp/skipped_steps": 1}
+    opt.zero_grad(set_to_none=True)
+    amp.backward(_loss(model))
+    norm = amp.step(opt, model, 1.0, check_finite=True)
+    assert norm is not None and torch.isfinite(norm) and not amp.last_skipped and amp.skipped_steps == 1
+    assert all(torch.isfinite(w).all() for w in model.parameters()) and not torch.equal(before[0], model[0].weight)
+    # the same NaN step without the check: what the guard prevents
+    opt_u, amp_u = torch.optim.AdamW(unguarded.parameters(), lr=1e-2), MixedPrecision(precision, "cpu")
+    amp_u.backward(_loss(unguarded) * float("nan"))
+    amp_u.step(opt_u, unguarded, 1.0)
+    assert all(torch.isnan(w).all() for w in unguarded.parameters()) and amp_u.metrics() == {}
+
+
+def test_lm_update_skips_a_non_finite_step_and_names_the_model(caplog):
+    """The LM recipes' update (GRPO's policy, SCoRe's policy and guidance) never steps on an inf/NaN gradient."""
+    from distlab.recipes.lm.update import policy_update
+
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    session = SimpleNamespace(amp=MixedPrecision("bf16", "cpu"), autocast=lambda: torch.autocast("cpu", enabled=False))
+    before = _weights(model)
+    with caplog.at_level("WARNING", logger="distlab"):
+        _, gnorm = policy_update(session, model, opt, 2, lambda m: (_loss(model, m) * float("nan"), {}), name="guidance")
+    assert gnorm != gnorm and session.amp.skipped_steps == 1  # NaN norm reported, the step counted as skipped
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert any("guidance update" in r.message and "skipped" in r.message for r in caplog.records)
+    _, gnorm = policy_update(session, model, opt, 2, lambda m: (_loss(model, m), {}))
+    assert gnorm == gnorm and not torch.equal(before[0], model[0].weight) and session.amp.skipped_steps == 1
+
 def test_fp16_autocast_runs_matmuls_in_float16_on_cpu():
     rt = SimpleNamespace(device=torch.device("cpu"))
     with autocast(rt, "fp16"):

@@ -25,7 +25,7 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
     opt = torch.optim.AdamW([p for p in base.parameters() if p.requires_grad], lr=cfg.lr)
     sampling = SamplingCopy(base, DTYPES[cfg.models["policy"].dtype])
     score = partial(evaluate_pass_at_k, sampling.module, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer,
-                    rt, cfg.run.seed + 31)
+                    rt, cfg.run.seed + 31, step_rows=cfg.rows_per_rank(rt.world_size))
     before = score()
     session.track_model("policy", base, [opt])
     meta = session.load_checkpoint(ckpt)

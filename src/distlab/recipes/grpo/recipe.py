@@ -33,7 +33,7 @@ def check(cfg: GRPOConfig, world_size: int) -> None:
     if "overlong" in cfg.reward_funcs and not 0 < cfg.overlong_buffer < cfg.sampling.max_completion_length:
         raise DistlabError(f"overlong_buffer={cfg.overlong_buffer} must lie between 0 and "
                            f"sampling.max_completion_length={cfg.sampling.max_completion_length} (exclusive)")
-    local = cfg.prompts_per_step // world_size * cfg.num_generations
+    local = cfg.rows_per_rank(world_size)
     micro_steps = -(-local // cfg.micro_batch_size)
     accum = cfg.dist.grad_accum
     if accum != 1 and accum != micro_steps:  # 1, the default: as many micro-steps as the completions need

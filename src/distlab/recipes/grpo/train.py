@@ -278,7 +278,7 @@ def _step_metrics(rt, cfg, rewards, zero_var, comps, sums, scorer, times, gnorm,
 def _evaluate(cfg, session, policy, tok, tasks, few_shot, scorer, step: int, split: str) -> dict:
     def run() -> dict:
         return evaluate_pass_at_k(policy, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer, session.rt,
-                                  seed=cfg.run.seed + 31)
+                                  seed=cfg.run.seed + 31, step_rows=cfg.rows_per_rank(session.rt.world_size))
 
     def describe(m: dict) -> str:
         return f"pass@1 {m['pass@1']:.3f} [{m['pass@1_low']:.3f}, {m['pass@1_high']:.3f}] on {m['n_problems']} problems"

@@ -54,7 +54,8 @@ class SamplingConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     backend: SamplingBackend = SamplingBackend.static
-    chunk_prompts: int = 0  # prompts per generate call (0 = all of a rank's at once); scoring overlaps the next
+    chunk_prompts: int = 0  # prompts per generate call; scoring overlaps the next. 0: a training step's prompts at
+    # once, and in evaluation as many prompts as make a training step's rows (lm/evaluation.py: prompts_per_call)
     compact_rows: bool = False  # static backend: once half the rows have finished, decode the rest on a cache half
     # as large (one compiled graph per row count; lm/generate.py); off until measured on a GPU
 
@@ -100,6 +101,11 @@ class LMRecipeConfig(BaseConfig):
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+    def rows_per_rank(self, world_size: int) -> int:
+        """Rollout rows of one step on one rank: its share of the prompts, G completions each (a prompt's group
+        stays on one rank). The sampler's fixed cache shape and evaluation's generate calls are sized by it."""
+        return self.prompts_per_step // world_size * self.num_generations
 
 
 def check_checkpointing(cfg: Any) -> None:

@@ -12,6 +12,7 @@ micro-batches or ranks.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
@@ -20,6 +21,8 @@ from torch import nn
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.amp import MixedPrecision
 from distlab.wrap import no_sync
+
+log = logging.getLogger("distlab")
 
 MicroLoss = Callable[[int], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
@@ -36,11 +39,14 @@ def frozen_logprobs(session, model: nn.Module | None, ids: torch.Tensor, attn: t
 
 
 def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_batches: int, micro_loss: MicroLoss,
-                  *, iterations: int = 1, max_grad_norm: float = 1.0) -> tuple[dict[str, float], float]:
+                  *, iterations: int = 1, max_grad_norm: float = 1.0, name: str = "policy"
+                  ) -> tuple[dict[str, float], float]:
     """``iterations`` optimizer steps over ``micro_batches`` micro-batches; returns (summed stats, last grad norm).
 
     ``micro_loss(m)`` runs the forward of micro-batch ``m`` and returns its loss share and its stats
-    (sums); it runs under the session's autocast, and the backward follows here.
+    (sums); it runs under the session's autocast, and the backward follows here. A step whose gradient norm
+    is inf/NaN is skipped in every precision (the weights stay as they were; warned, naming ``name``, and counted
+    in ``amp/skipped_steps``); its norm comes back as NaN.
     """
     sums: dict[str, float] = {}
     gnorm = 0.0
@@ -52,7 +58,10 @@ def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_b
             amp.backward(loss)
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
-        norm = amp.step(opt, model, max_grad_norm)
-        gnorm = float("nan") if norm is None else float(norm)  # NaN: fp16 skipped the step (inf/NaN gradients)
+        norm = amp.step(opt, model, max_grad_norm, check_finite=True)
+        gnorm = float("nan") if norm is None else float(norm)  # NaN: the step was skipped (inf/NaN gradients)
+        if norm is None and not amp.enabled:
+            log.warning("the %s update's gradient norm is inf/NaN: optimizer step skipped, weights unchanged "
+                        "(%d skipped so far)", name, amp.skipped_steps)
         opt.zero_grad(set_to_none=True)
     return sums, gnorm

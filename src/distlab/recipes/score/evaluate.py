@@ -13,7 +13,7 @@ import torch
 
 from distlab.placement import DTYPES
 from distlab.recipes.lm.models import SamplingCopy, load_placed
-from distlab.recipes.lm.evaluation import paired_fields
+from distlab.recipes.lm.evaluation import paired_fields, prompts_per_call
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.task_sets import eval_tasks, train_tasks
 from distlab.recipes.score import metrics as scm
@@ -32,9 +32,7 @@ def evaluate_self_correction(cfg: ScoreConfig, players: Players, tasks: list[Tas
                              scorer: RewardScorer, rt, seed: int) -> dict:
     """``{"metrics": ..., "per_problem": [...]}`` (metrics identical on every rank)."""
     mine = [tasks[i] for i in range(rt.rank, len(tasks), rt.world_size)]
-    # sampling.chunk_prompts bounds the rows per generate call: all 500 MBPP test prompts at once took
-    # 45-93 GiB on an H200 for a 135M model (the KV cache and prefill of long turn-2 prompts)
-    chunk = cfg.sampling.chunk_prompts or len(mine) or 1
+    chunk = prompts_per_call(cfg.sampling, cfg.rows_per_rank(rt.world_size))
     episodes = [ep for start in range(0, len(mine), chunk)
                 for ep in play(cfg, players, mine[start:start + chunk], few_shot, scorer, n=1, temperature=0.0,
                                hint_temperature=0.0, seed=seed + start, no_hint=cfg.no_hint_sample)]

@@ -115,7 +115,7 @@ def cache_shapes(cfg: ScoreConfig, world_size: int, m: Models, tasks, few_shot) 
     guidance = (guidance_length_bound(tasks, m.gtok, cfg.guidance_prompt_mode or mode, s.max_completion_length,
                                       cfg.error_tail_chars, cfg.hint_sees_execution)
                 if m.guidance is not None else None)
-    return CacheShapes(policy, guidance, cfg.prompts_per_step // world_size * cfg.num_generations)
+    return CacheShapes(policy, guidance, cfg.rows_per_rank(world_size))
 
 
 def _sampling_copies(cfg: ScoreConfig, m: Models) -> dict[str, SamplingCopy]:
@@ -251,8 +251,10 @@ def _guidance_update(cfg: ScoreConfig, session, m: Models, g_opt, episodes: list
         return policy_loss(logp, None, None, adv[sl[0]].to(device), comp[sl], epsilon=cfg.epsilon, loss_type="grpo",
                            norm=norm, world_size=rt.world_size)
 
-    sums, _ = policy_update(session, m.guidance, g_opt, len(batches), micro_loss, max_grad_norm=cfg.clip_grad)
-    return {"guidance_reward_sum": float(g.sum()), "guidance_objective": sums["objective"], "guidance_updates": 1.0}
+    sums, gnorm = policy_update(session, m.guidance, g_opt, len(batches), micro_loss, max_grad_norm=cfg.clip_grad,
+                                name="guidance")
+    return {"guidance_reward_sum": float(g.sum()), "guidance_objective": sums["objective"], "guidance_updates": 1.0,
+            "guidance_grad_norm": gnorm}
 
 
 def _step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, norm: GlobalNorm) -> dict:
@@ -282,6 +284,7 @@ def _step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, n
         out["critic_v_loss"] = tot["critic_v_loss_sum"] / (4 * n)
     if tot.get("guidance_updates"):
         out["guidance_reward"] = tot["guidance_reward_sum"] / n
+        out["guidance_grad_norm"] = tot["guidance_grad_norm"] / rt.world_size  # the same norm on every rank
     return out
 
 
