@@ -7,18 +7,30 @@
 #   then     bash benchmarks/gpu_jobs.sh wait 500; bash benchmarks/gpu_jobs.sh collect   (until every job has ended)
 #   or, call 9 of a later session: bash benchmarks/gpu_x4_batch.sh score   SCoRe's three arms on GPUs 0-2 (none,
 #            trained guidance seeing y1 only, trained guidance seeing the test result), each then evaluated on MBPP
-#            test and HumanEval; on GPU 3 the rollout speed of the real model (with and without compact_rows), then
-#            HRM's steady step speed in bf16 and in fp16 (PREC_S seconds each, one after the other on that GPU).
+#            test and HumanEval; on GPU 3 the real model's rollout cases not yet measured, then the SCoRe 3B FSDP2
+#            offload row and the capped GRPO 1.5B row (on 2026-11-26 this GPU ran the 512 x 512 rollout case and
+#            HRM's bf16/fp16 speed instead).
 #   or, call 1 of a later session: bash benchmarks/gpu_x4_batch.sh seeds   three seeds of trm-sudoku in the 380 s
 #            budget on GPUs 0-2, each evaluated K=1 (the published preset) and K=16/K=8 with the halting head
 #            (trm-sudoku-380s); on GPU 3 the seeds' shape rows still missing (issue 30), one after the other.
+#   shallow: the same three seeds trained with 1 outer cycle (arch.curriculum=0:1), evaluated with 3.
 # GPU 0/1: HRM and TRM in bf16 and in fp16 with loss scaling (issue 30 item 1), then the two GRPO arms on Qwen.
 # GPU 2: TRM 380 s budget, seed 2 (issue 33), then TRL vs distlab on Qwen once the asset is joined (issue 29 item 6).
 # GPU 3: the seeds' shapes rows not yet measured (issue 30 item 2), then the depth curriculum in the 380 s budget.
 set -uo pipefail
 source benchmarks/device_setup.sh
 J=benchmarks/gpu_jobs.sh
-case "${1:?side | arms | score | seeds}" in
+case "${1:?side | arms | score | seeds | shallow}" in
+  shallow)
+    # issue 33's candidate preset for a slower GPU: TRM trained with 1 outer cycle for the whole budget (a
+    # one-stage curriculum, so the time limit cannot leave it half-grown) and evaluated with 3 cycles, K=16
+    python3 -m distlab.cli data sudoku --output-dir data/hard-1k-aug50-t1000 --train-size 1000 --test-size 1000 \
+      --num-aug 50 --workers 16 2>&1 | tail -1
+    for seed in 0 1 2; do
+      bash $J start shallow-seed$seed "$seed" "K=16 VOTE=0 EXTRA_EVALS='q:8:init' TAG_SUFFIX=-shallow bash \
+        benchmarks/gpu_hrm_budget.sh trm-sudoku $seed 50 arch.curriculum=0:1"
+    done
+    bash $J wait 15 ;;
   seeds)
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
     # built once here: the three jobs would race to build the same folder
@@ -79,13 +91,10 @@ case "${1:?side | arms | score | seeds}" in
         benchmarks/gpu_score_qwen.sh eval $arm \$set; done"
       gpu=$((gpu + 1))
     done
-    HRM="python3 -m distlab.cli train hrm --config sudoku-extreme-1k data.path=data/hard-1k-aug50-t1000 steps=100000
-         lr_warmup_steps=100 run.time_limit_s=${PREC_S:-150} dist.compile=true log.every=25 log.progress=false
-         ckpt.every=0 ckpt.at_end=false run.resume=never run.dir=\$OUT/runs"
-    HRM=$(echo $HRM)
-    bash $J start rollout-qwen 3 "CASES='64:512 8:512 64:256 8:256' timeout 420 bash benchmarks/gpu_rollout_speed.sh \
-      $ASSET; for p in bf16:bfloat16 fp16:float16; do $HRM dist.precision=\${p%%:*} arch.forward_dtype=\${p#*:} \
-      run.name=speed-\${p%%:*} 2>&1 | grep -E 'rror|skipped|scale' | tail -3; done"
+    # the rollout cases not yet measured with the real model, then the shape rows still open (issue 30)
+    bash $J start gpu3 3 "CASES='8:512 64:256 8:256' timeout 400 bash benchmarks/gpu_rollout_speed.sh $ASSET; \
+      PICK='score:4' BUDGET=240 CASE_S=220 STEPS=3 EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh score; \
+      PICK='grpo:7' BUDGET=260 CASE_S=240 STEPS=3 EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   *) echo "stage must be side, arms or score"; exit 2 ;;
 esac
