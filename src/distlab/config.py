@@ -448,7 +448,8 @@ def check_values(recipe: Any, cfg: Any) -> None:
         if leaf in positive and default > 0 and value <= 0:
             raise _bad(key, value, "greater than 0", default)
         if value < 0 <= default:
-            raise _bad(key, value, "0 or more" + (" (0 = off)" if default == 0 else ""), default)
+            zero = getattr(recipe, "zero_means", {}).get(leaf, "off")
+            raise _bad(key, value, "0 or more" + (f" (0 = {zero})" if default == 0 else ""), default)
     d = cfg.dist
     if d.backend not in DIST_BACKENDS:
         hint = near_matches(d.backend, DIST_BACKENDS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,8 @@ class Recipe:
     # Leaf names of the recipe's numeric keys that count or scale something (steps, lr, d_model, ...): 0 or less
     # is refused where the default is positive. The core checks its own keys (distlab.config.POSITIVE_KEYS) too.
     positive_keys: frozenset[str] = frozenset()
+    # Leaf names of keys whose 0 means something other than "off", and what (named in the refusal of a negative)
+    zero_means: Mapping[str, str] = field(default_factory=dict)
 
 
 def _targets() -> dict[str, str]:

@@ -191,6 +191,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("grpo-top-p-0", ["train", "grpo", "sampling.top_p=0"], ["sampling.top_p=0"]),
     ("grpo-compact-rows-hf", ["train", "grpo", "sampling.backend=hf", "sampling.compact_rows=true"],
      ["sampling.compact_rows=true", "sampling.backend=static"]),
+    ("score-chunk-prompts-neg", ["train", "score", "sampling.chunk_prompts=-1"],
+     ["sampling.chunk_prompts=-1", "0 = a training step's rows per call"]),
     ("grpo-temperature-0", ["train", "grpo", "sampling.temperature=0"], ["sampling.temperature=0", "greedy"]),
     ("grpo-dpr-cpu", ["train", "grpo", "dist.devices_per_rank=2"], ["dist.devices_per_rank=2", "has none"]),
     ("score-dpr-cpu", ["train", "score", "dist.devices_per_rank=3"], ["dist.devices_per_rank=3"]),

@@ -71,6 +71,7 @@ class EvalConfig:
 
 # Leaf names of the LM settings that count or scale something: 0 or less is refused before launch (the core's
 # rule for keys whose default is above 0; see ``Recipe.positive_keys``).
+LM_ZERO_MEANS = {"chunk_prompts": "a training step's rows per call"}  # Recipe.zero_means of the LM recipes
 LM_POSITIVE_KEYS = frozenset({
     "steps", "prompts_per_step", "num_generations", "micro_batch_size", "lr", "num_iterations", "logprob_chunk",
     "sft_lr", "max_completion_length", "train_size", "eval_size", "workers", "timeout_s", "memory_mb", "max_procs",
