@@ -28,8 +28,8 @@ def prompts_per_call(sampling: SamplingConfig, step_rows: int, n: int = 1) -> in
     """Prompts per generate call in an evaluation of ``n`` samples per prompt.
 
     ``sampling.chunk_prompts`` when set; else as many as make ``step_rows`` rows, the rows of one training step's
-    rollout on this rank. Evaluation then holds no more KV cache and prefill than training does, which the memory
-    estimate covers: all 500 MBPP test prompts in one call took 45-93 GiB for a 135M model on an H200 and ran an
+    rollout on this rank. An evaluation call then holds as many rows as a training step's rollout, the rows the
+    memory estimate counts: all 500 MBPP test prompts in one call took 45-93 GiB for a 135M model on an H200 and ran an
     H100 out of memory with Qwen-0.5B (2026-11-26).
     """
     return sampling.chunk_prompts or max(1, step_rows // max(n, 1))
