@@ -13,13 +13,17 @@
 #   or, call 1 of a later session: bash benchmarks/gpu_x4_batch.sh seeds   three seeds of trm-sudoku in the 380 s
 #            budget on GPUs 0-2, each evaluated K=1 (the published preset) and K=16/K=8 with the halting head
 #            (trm-sudoku-380s); on GPU 3 the seeds' shape rows still missing (issue 30), one after the other.
-#   shallow: the same three seeds trained with 1 outer cycle (arch.curriculum=0:1), evaluated with 3.
+#   shallow: the same three seeds trained with 1 outer cycle (arch.curriculum=0:1), evaluated with 3; GPU 3 the
+#            shape rows. As call 1 of a session whose calls 2-9 stash the asset and call 10 runs `score`, the
+#            SCoRe arms and the rollout cases start on each GPU once its `shallow` job has ended.
 # GPU 0/1: HRM and TRM in bf16 and in fp16 with loss scaling (issue 30 item 1), then the two GRPO arms on Qwen.
 # GPU 2: TRM 380 s budget, seed 2 (issue 33), then TRL vs distlab on Qwen once the asset is joined (issue 29 item 6).
 # GPU 3: the seeds' shapes rows not yet measured (issue 30 item 2), then the depth curriculum in the 380 s budget.
 set -uo pipefail
 source benchmarks/device_setup.sh
 J=benchmarks/gpu_jobs.sh
+# a job's prefix that waits for an earlier job of this machine (if it was started) to end
+after() { echo "while [ -d /tmp/jobs/$1 ] && [ ! -f /tmp/jobs/$1/exit ]; do sleep 5; done;"; }
 case "${1:?side | arms | score | seeds | shallow}" in
   shallow)
     # issue 33's candidate preset for a slower GPU: TRM trained with 1 outer cycle for the whole budget (a
@@ -30,6 +34,10 @@ case "${1:?side | arms | score | seeds | shallow}" in
       bash $J start shallow-seed$seed "$seed" "K=16 VOTE=0 EXTRA_EVALS='q:8:init' TAG_SUFFIX=-shallow bash \
         benchmarks/gpu_hrm_budget.sh trm-sudoku $seed 50 arch.curriculum=0:1"
     done
+    # GPU 3: the shape rows still open (issue 30): SCoRe 3B under FSDP2 with CPU offload, GRPO 1.5B capped
+    bash $J start shapes 3 "PICK='score:4' BUDGET=240 CASE_S=220 STEPS=3 EXTRA=sampling.backend=hf \
+      bash benchmarks/gpu_lm_shapes.sh score; PICK='grpo:7' BUDGET=260 CASE_S=240 STEPS=3 \
+      EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
     bash $J wait 15 ;;
   seeds)
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
@@ -86,15 +94,16 @@ case "${1:?side | arms | score | seeds | shallow}" in
     mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
     gpu=0
     for arm in none trained extrinsic; do
-      bash $J start score-$arm "$gpu" "MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET TRAIN_S=${TRAIN_S:-420} bash \
+      # after `shallow` in the same session each arm waits for the seed on its GPU to end
+      bash $J start score-$arm "$gpu" "$(after shallow-seed$gpu) MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET \
+        TRAIN_S=${TRAIN_S:-420} bash \
         benchmarks/gpu_score_qwen.sh train $arm; for set in mbpp humaneval; do ASSET=$ASSET bash \
         benchmarks/gpu_score_qwen.sh eval $arm \$set; done"
       gpu=$((gpu + 1))
     done
-    # the rollout cases not yet measured with the real model, then the shape rows still open (issue 30)
-    bash $J start gpu3 3 "CASES='8:512 64:256 8:256' timeout 400 bash benchmarks/gpu_rollout_speed.sh $ASSET; \
-      PICK='score:4' BUDGET=240 CASE_S=220 STEPS=3 EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh score; \
-      PICK='grpo:7' BUDGET=260 CASE_S=240 STEPS=3 EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
+    # the rollout cases not yet measured with the real model (after `shallow`'s shape rows on GPU 3)
+    bash $J start gpu3 3 "$(after shapes) CASES='8:512 64:256 8:256' timeout 400 bash benchmarks/gpu_rollout_speed.sh \
+      $ASSET"
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   *) echo "stage must be side, arms or score"; exit 2 ;;
 esac

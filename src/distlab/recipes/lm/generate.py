@@ -54,7 +54,7 @@ from distlab.errors import DistlabError
 from distlab.placement import compute_device
 from distlab.recipes.lm.logprobs import position_ids_from_mask
 from distlab.recipes.lm.model_parts import unwrap_model
-from distlab.recipes.lm.sampling import sample_next
+from distlab.recipes.lm.sampling import nonfinite_rows, sample_next
 from distlab.recipes.lm.stops import Completion, decode, finish, first_stop, stop_window_tokens
 
 BACKENDS = ("hf", "hf-static", "static")
@@ -305,7 +305,9 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, ma
     on_cpu = device.type == "cpu"
     compact = static and options.compact_rows and not _has_sliding_layers(cache)
 
+    broken = torch.zeros_like(finished)  # live rows whose logits held inf/NaN; checked at each sync
     for step in range(max_new_tokens):
+        broken |= nonfinite_rows(logits) & ~finished
         tok = sample_next(logits, temperature, top_p, generator)
         tok = torch.where(finished, torch.full_like(tok, pad), tok)  # finished rows only carry padding
         tokens[alive, step] = tok
@@ -313,25 +315,28 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, ma
         finished |= torch.isin(tok, eos_t)
         if stops and (step + 1) % check_every == 0:
             finished |= _rows_with_stop(tokenizer, tokens[alive], lengths[alive], finished, stops, window)
-        if step == max_new_tokens - 1:
-            break
-        # Every check costs a device sync; on CUDA only look every few steps.
-        checked = on_cpu or (step + 1) % check_every == 0
-        live = int((~finished).sum()) if checked else None
-        if live == 0:
+        # Every check costs a device sync; on CUDA only look every few steps (and at the last).
+        last = step == max_new_tokens - 1
+        checked = on_cpu or last or (step + 1) % check_every == 0
+        live = None
+        if checked:
+            live, bad = torch.stack([(~finished).sum(), broken.sum()]).tolist()
+            if bad:
+                _refuse_nonfinite(alive[broken].tolist(), real_rows, step, attention_mask.sum(-1).tolist())
+        if last or live == 0:
             break
         if on_cpu and not static:
             keep = (~finished).nonzero().squeeze(-1)
             if keep.numel() <= finished.numel() // 2:  # drop finished rows once they are half the batch
                 cache.batch_select_indices(keep)
-                alive, finished, mask = alive[keep], finished[keep], mask[keep]
+                alive, finished, broken, mask = alive[keep], finished[keep], broken[keep], mask[keep]
                 tok, next_pos = tok[keep], next_pos[keep]
         if compact and live is not None and (step + 1) % check_every == 0:  # counted at the sync above
             rows = compacted_rows(batch, live)
             if rows < batch:
                 keep = compaction_index(finished, rows)
                 cache = _compacted_cache(model, base.config, cache, keep, total, prompt_len + step, device)
-                alive, finished, mask = alive[keep], finished[keep], mask[keep]
+                alive, finished, broken, mask = alive[keep], finished[keep], broken[keep], mask[keep]
                 tok, next_pos, batch = tok[keep], next_pos[keep], rows
         if step_fn is not None:
             torch.compiler.cudagraph_mark_step_begin()
@@ -342,6 +347,15 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, ma
                            use_cache=True, **{key: cache}).logits[:, -1].float()
         next_pos = next_pos + 1
     return [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist())][:real_rows]
+
+
+def _refuse_nonfinite(rows: list[int], real_rows: int, step: int, prompt_tokens: list[int]) -> None:
+    """Stop a rollout whose logits overflowed, naming where, instead of sampling from garbage."""
+    shown = ", ".join(f"{r} ({prompt_tokens[r]} prompt tokens)" for r in rows[:4]) + (" ..." if len(rows) > 4 else "")
+    raise DistlabError(f"generate: the model's logits held inf/NaN at decode step {step} in {len(rows)} of "
+                       f"{real_rows} rows: {shown}; the weights or activations overflowed (see the run's "
+                       "grad_norm and amp/skipped_steps), or try sampling.backend=hf to tell a sampler defect "
+                       "from the model's")
 
 
 def distinct_prompts(prompt_ids: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:

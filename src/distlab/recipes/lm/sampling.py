@@ -27,9 +27,21 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
                 generator: torch.Generator | None = None) -> torch.Tensor:
-    """Token ids [B] from fp32 logits [B, V]; ``temperature == 0`` means greedy (argmax)."""
+    """Token ids [B] from fp32 logits [B, V]; ``temperature == 0`` means greedy (argmax).
+
+    Sampling is the exponential race (``argmax p / E`` with ``E ~ Exp(1)``), which draws from exactly the
+    categorical ``p`` as ``torch.multinomial`` does but cannot fail on the device: a row of non-finite logits
+    yields some token instead of a CUDA assert that poisons the process. The decode loop checks
+    :func:`nonfinite_rows` at its syncs and stops with a message that names the rows.
+    """
     if temperature <= 0.0:
         return logits.argmax(dim=-1)
     scaled = top_p_filter(logits.float() / temperature, top_p)
     probs = scaled.softmax(dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+    race = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / race).argmax(dim=-1)
+
+
+def nonfinite_rows(logits: torch.Tensor) -> torch.Tensor:
+    """Bool [B]: rows holding an inf or NaN logit, which no sampling rule can turn into a distribution."""
+    return ~torch.isfinite(logits).all(dim=-1)
