@@ -92,7 +92,11 @@ def test_short_run_reports_turn_accuracies_and_delta_with_intervals(short_run):
         assert after[f"start_{k}"] == before[k]
     assert after["delta_change"] == pytest.approx(after["delta_t1_t2"] - before["delta_t1_t2"])
     assert after["delta_change_low"] - 1e-9 <= after["delta_change"] <= after["delta_change_high"] + 1e-9
-    assert after["acc_t2_change"] == pytest.approx(after["acc_t2"] - before["acc_t2"])
+    for turn in ("acc_t1", "acc_t2"):
+        change = after[f"{turn}_change"]
+        assert change == pytest.approx(after[turn] - before[turn])
+        assert after[f"{turn}_change_low"] - 1e-9 <= change <= after[f"{turn}_change_high"] + 1e-9
+        assert isinstance(after[f"{turn}_change_significant"], bool)
 
 
 def test_short_run_scores_held_out_problems_of_the_training_families(short_run):

@@ -75,7 +75,8 @@ def test_two_ranks_train_and_evaluate(tmp_path):
     out = json.loads(next((tmp_path / "runs" / "two" / "eval").glob("step*/eval.json")).read_text())
     assert out["step"] == 2 and out["feedback"] == "extrinsic" and out["n_problems"] == 2
     assert {"acc_t1", "acc_t2", "delta_t1_t2", "base_acc_t1", "base_acc_t2", "base_delta_t1_t2",
-            "delta_change"} <= set(out)
+            "delta_change", "acc_t1_change", "acc_t2_change_low", "acc_t2_change_significant"} <= set(out)
+    assert out["acc_t2_change"] == pytest.approx(out["acc_t2"] - out["base_acc_t2"])
     # generating in chunks of one prompt (sampling.chunk_prompts) bounds memory and scores the same problems alike
     run_cli(["eval", str(tmp_path / "runs" / "two"), "sampling.chunk_prompts=1", "-o", str(tmp_path / "chunked"),
              "--procs", "1"], tmp_path)

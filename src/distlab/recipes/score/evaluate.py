@@ -49,6 +49,18 @@ def evaluate_self_correction(cfg: ScoreConfig, players: Players, tasks: list[Tas
     return {"metrics": metrics, "per_problem": every}
 
 
+def paired_changes(before: list[dict], after: list[dict]) -> dict:
+    """Before vs after on the same problems, paired (McNemar for Acc@t1 and Acc@t2, a bootstrap for the change of
+    delta(t1,t2)): two accuracies' separate intervals overlap long after a paired test can tell them apart."""
+    fields = {}
+    for name, score in (("acc_t1_change", lambda r: r["r1"]), ("acc_t2_change", lambda r: r["r2"]),
+                        ("delta_change", lambda r: r["r2"] - r["r1"])):
+        fields.update(paired_fields([score(r) for r in before], [score(r) for r in after],
+                                    {name: "diff", f"{name}_low": "low", f"{name}_high": "high",
+                                     f"{name}_significant": "significant"}))
+    return fields
+
+
 def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
     """The trained checkpoint and the base model (weights from ``model.source``) on the same problems.
 
@@ -82,10 +94,7 @@ def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
     out = {"step": meta["step"], "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}", "feedback": feedback_label(cfg),
            **after["metrics"], **{f"base_{k}": v for k, v in before["metrics"].items()}}
     if len(tasks) > 1:
-        out.update(paired_fields([r["r2"] - r["r1"] for r in before["per_problem"]],
-                                 [r["r2"] - r["r1"] for r in after["per_problem"]],
-                                 {"delta_change": "diff", "delta_change_low": "low", "delta_change_high": "high",
-                                  "delta_change_significant": "significant"}))
+        out.update(paired_changes(before["per_problem"], after["per_problem"]))
     if rt.is_main:
         from distlab.atomic import atomic_write_json
 

@@ -30,7 +30,7 @@ from distlab.logs import peak_memory
 from distlab.optim_state import adamw
 from distlab.placement import DTYPES, compute_device
 from distlab.recipes.lm.batching import micro_batches, sequences
-from distlab.recipes.lm.evaluation import logged_evaluation, paired_fields
+from distlab.recipes.lm.evaluation import logged_evaluation
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.recipes.lm.loop import run_steps
 from distlab.recipes.lm.models import SamplingCopy
@@ -45,7 +45,7 @@ from distlab.recipes.score.config import ScoreConfig, beta2_of
 from distlab.recipes.score.critic import Transitions, critic_advantages, critic_step, pooled_features
 from distlab.recipes.lm.prompting import prompt_text
 from distlab.recipes.score.episode import Episode, guidance_length_bound, leaks_code, pack, turn2_length_bound
-from distlab.recipes.score.evaluate import evaluate_self_correction, feedback_label
+from distlab.recipes.score.evaluate import evaluate_self_correction, feedback_label, paired_changes
 from distlab.recipes.score.models import Models, checksums, load_models
 from distlab.recipes.score.objective import (guidance_rewards, kl_weights, mc_advantages,
                                              score_policy_loss, step_counts, token_advantages, turn_masks,
@@ -310,16 +310,10 @@ def _evaluate(cfg, session, players, tasks, few_shot, scorer, step: int, split: 
 
 
 def _with_comparison(final: dict, start: dict | None) -> dict:
-    """Final metrics plus paired before/after comparisons on the same problems (acc@t2 and delta)."""
+    """Final metrics plus paired before/after comparisons on the same problems (acc@t1, acc@t2 and delta)."""
     metrics = dict(final["metrics"])
     if start and len(start["per_problem"]) == len(final["per_problem"]) > 1:
         for key in ("acc_t1", "acc_t2", "delta_t1_t2"):
             metrics[f"start_{key}"] = start["metrics"][key]
-        before, after = start["per_problem"], final["per_problem"]
-        metrics.update(paired_fields([r["r2"] - r["r1"] for r in before], [r["r2"] - r["r1"] for r in after],
-                                     {"delta_change": "diff", "delta_change_low": "low", "delta_change_high": "high",
-                                      "delta_change_significant": "significant"}))
-        metrics.update(paired_fields([r["r2"] for r in before], [r["r2"] for r in after],
-                                     {"acc_t2_change": "diff", "acc_t2_change_low": "low",
-                                      "acc_t2_change_high": "high"}))
+        metrics.update(paired_changes(start["per_problem"], final["per_problem"]))
     return metrics
