@@ -115,3 +115,7 @@ def test_a_time_limited_curriculum_run_warns_that_its_schedule_follows_steps(wor
     assert "arch.curriculum grows the depth over steps=2, not over run.time_limit_s=600s" in said
     quiet = run_cli(["train", "hrm", *TINY, "steps=2", "arch.curriculum=linear", "run.name=untimed"], workdir)
     assert "arch.curriculum grows the depth" not in quiet.stdout + quiet.stderr
+    # one stage (train at a fixed depth, as trm-sudoku-380s does) has nothing to grow: no warning
+    fixed = run_cli(["train", "hrm", *TINY, "steps=2", "arch.curriculum=0:1", "run.time_limit_s=600",
+                     "run.name=fixed"], workdir)
+    assert "arch.curriculum grows the depth" not in fixed.stdout + fixed.stderr

@@ -27,7 +27,7 @@ from distlab.recipes.hrm.evaluation import evaluate
 from distlab.recipes.hrm.flops import flops_per_example
 from distlab.recipes.hrm.models import fused_mixer
 from distlab.recipes.hrm.models.build import build_model
-from distlab.recipes.hrm.models.config import curriculum_cycles
+from distlab.recipes.hrm.models.config import curriculum_cycles, parse_curriculum
 from distlab.recipes.hrm.models.ema import EMA
 from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers
 from distlab.profiling import phase
@@ -118,7 +118,8 @@ def train(cfg: HRMConfig, session) -> dict:
     status, last, t_start, flops_done = "completed", {}, time.perf_counter(), flops_step * step
     window, window_steps = {}, 0  # metric sums since the last log line (on the device: no sync per step)
     planned = steps  # arch.curriculum follows the planned steps (a time limit may lower ``steps`` on the way)
-    if cfg.arch.curriculum and cfg.run.time_limit_s:
+    staged = cfg.arch.curriculum and len(parse_curriculum(cfg.arch.curriculum, cfg.arch.H_cycles)) > 1
+    if staged and cfg.run.time_limit_s:  # a one-stage schedule (train at a fixed depth) has nothing to grow
         log.warning("arch.curriculum grows the depth over steps=%d, not over run.time_limit_s=%gs: if the time limit "
                     "ends the run first, the deeper stages never train; set steps to what the budget reaches",
                     planned, cfg.run.time_limit_s)
