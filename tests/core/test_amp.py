@@ -190,6 +190,23 @@ def test_check_finite_skips_a_nan_step_in_fp32_and_bf16(precision):
     assert all(torch.isnan(w).all() for w in unguarded.parameters()) and amp_u.metrics() == {}
 
 
+def _overflow(param: torch.Tensor) -> torch.Tensor:
+    """0 in the forward, an inf gradient for ``param`` in the backward: a finite loss whose backward overflows."""
+    return _Overflow.apply(param)
+
+
+class _Overflow(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sum() * 0
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return torch.full_like(x, float("inf"))
+
+
 def test_lm_update_skips_a_non_finite_step_and_names_the_model(caplog):
     """The LM recipes' update (GRPO's policy, SCoRe's policy and guidance) never steps on an inf/NaN gradient."""
     from distlab.recipes.lm.update import policy_update
@@ -202,9 +219,21 @@ def test_lm_update_skips_a_non_finite_step_and_names_the_model(caplog):
         _, gnorm = policy_update(session, model, opt, 2, lambda m: (_loss(model, m) * float("nan"), {}), name="guidance")
     assert gnorm != gnorm and session.amp.skipped_steps == 1  # NaN norm reported, the step counted as skipped
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    assert any("guidance update" in r.message and "skipped" in r.message for r in caplog.records)
+    said = [r.getMessage() for r in caplog.records if "guidance update" in r.getMessage()]
+    assert len(said) == 1 and "skipped" in said[0]
+    # the warning says where the NaN came from: both micro-batches' losses, and every parameter's gradient
+    n_params = len(list(model.parameters()))
+    assert "loss non-finite in micro-batch(es) [0, 1] of 2" in said[0], said[0]
+    assert f"non-finite gradients in {n_params} parameter(s) (0.weight" in said[0], said[0]
+    # a finite loss whose backward overflows is told apart, and only the parameters it reached are named
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="distlab"):
+        policy_update(session, model, opt, 2, lambda m: (_loss(model, m) + (_overflow(model[2].bias) if m else 0), {}))
+    said = [r.getMessage() for r in caplog.records if "policy update" in r.getMessage()]
+    assert len(said) == 1 and "every micro-batch's loss finite (2): the backward overflowed" in said[0], said
+    assert "non-finite gradients in 1 parameter(s) (2.bias)" in said[0], said[0]
     _, gnorm = policy_update(session, model, opt, 2, lambda m: (_loss(model, m), {}))
-    assert gnorm == gnorm and not torch.equal(before[0], model[0].weight) and session.amp.skipped_steps == 1
+    assert gnorm == gnorm and not torch.equal(before[0], model[0].weight) and session.amp.skipped_steps == 2
 
 def test_fp16_autocast_runs_matmuls_in_float16_on_cpu():
     rt = SimpleNamespace(device=torch.device("cpu"))

@@ -52,9 +52,11 @@ def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_b
     gnorm = 0.0
     amp = MixedPrecision.of(session)
     for _ in range(iterations):
+        finite = []  # per micro-batch, on the device: read only when the step turns out non-finite
         for m in range(micro_batches):
             with no_sync(model, m < micro_batches - 1), session.autocast():
                 loss, stats = micro_loss(m)
+            finite.append(torch.isfinite(loss.detach()).all())
             amp.backward(loss)
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
@@ -62,6 +64,21 @@ def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_b
         gnorm = float("nan") if norm is None else float(norm)  # NaN: the step was skipped (inf/NaN gradients)
         if norm is None and not amp.enabled:
             log.warning("the %s update's gradient norm is inf/NaN: optimizer step skipped, weights unchanged "
-                        "(%d skipped so far)", name, amp.skipped_steps)
+                        "(%d skipped so far); %s", name, amp.skipped_steps, nonfinite_origin(model, finite))
         opt.zero_grad(set_to_none=True)
     return sums, gnorm
+
+
+def nonfinite_origin(model: nn.Module, finite_losses: list[torch.Tensor], shown: int = 3) -> str:
+    """Where a skipped step's inf/NaN came from: the micro-batches whose loss was already non-finite (else the
+    backward overflowed) and the first parameters holding a non-finite gradient, the clue a rerun needs."""
+    bad = [i for i, ok in enumerate(torch.stack(finite_losses).tolist()) if not ok] if finite_losses else []
+    where = (f"loss non-finite in micro-batch(es) {bad} of {len(finite_losses)}" if bad
+             else f"every micro-batch's loss finite ({len(finite_losses)}): the backward overflowed")
+    names = []
+    for pname, p in model.named_parameters():
+        grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+        if grad is not None and not bool(torch.isfinite(grad).all()):
+            names.append(pname)
+    shown_names = ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+    return f"{where}; non-finite gradients in {len(names)} parameter(s) ({shown_names or 'none on this rank'})"
