@@ -29,7 +29,7 @@ case "$ARG" in
   control) CONTROL=true ;;
   *) echo "arm must be grpo or control, not $ARG"; exit 2 ;;
 esac
-RUN=qwen-$ARG
+RUN=qwen-$ARG${SEED:+-seed$SEED}  # SEED: another seed of the same arm (run.seed; the data order and the sampling)
 if [ "${SMOKE:-0}" = 1 ]; then
   OUT=${OUT:-/tmp/qwen_smoke_out}; mkdir -p "$OUT"
   MODEL="model.source=tiny:llama-2l model.prompt_mode=text task.train=synthetic task.train_size=16 task.eval=synthetic
@@ -56,7 +56,7 @@ if [ "$STAGE" = train ]; then
   python3 -m distlab.cli train grpo $MODEL $SIZE lr=${LR:-2e-6} beta=0.04 scale_rewards=group \
     sampling.temperature=1.0 dynamic_sampling=true max_refill_rounds=2 shuffle_rewards=$CONTROL \
     evaluation.before=false sandbox.timeout_s=5 ckpt.every=${CKPT_EVERY:-0} log.every=1 log.progress=false \
-    run.dir=$RUNS run.name=$RUN run.time_limit_s=$TRAIN_S $DEVICE $LAUNCH 2>&1 \
+    run.dir=$RUNS run.name=$RUN run.time_limit_s=$TRAIN_S ${SEED:+run.seed=$SEED} $DEVICE $LAUNCH 2>&1 \
     | grep -v "^step \|Loading\|de-quantizing\|Writing model" | tail -30
   cp $RUNS/$RUN/metrics.jsonl "$OUT/${RUN}_metrics.jsonl" 2>/dev/null
   cp $RUNS/$RUN/summary.json "$OUT/${RUN}_summary.json" 2>/dev/null

@@ -13,6 +13,8 @@
 #   or, call 1 of a later session: bash benchmarks/gpu_x4_batch.sh seeds   three seeds of trm-sudoku in the 380 s
 #            budget on GPUs 0-2, each evaluated K=1 (the published preset) and K=16/K=8 with the halting head
 #            (trm-sudoku-380s); on GPU 3 the seeds' shape rows still missing (issue 30), one after the other.
+#   long / long-arms: call 1 and call 10 of a session: issue 30's open rows (SCoRe 3B offload alone, TRM fp16 vs
+#            bf16 speed) on GPUs 2-3, then GRPO and its control arm on Qwen for two more seeds, longer (issue 29).
 #   shallow: the same three seeds trained with 1 outer cycle (arch.curriculum=0:1), evaluated with 3; GPU 3 the
 #            shape rows. As call 1 of a session whose calls 2-9 stash the asset and call 10 runs `score`, the
 #            SCoRe arms and the rollout cases start on each GPU once its `shallow` job has ended.
@@ -24,7 +26,7 @@ source benchmarks/device_setup.sh
 J=benchmarks/gpu_jobs.sh
 # a job's prefix that waits for an earlier job of this machine (if it was started) to end
 after() { echo "while [ -d /tmp/jobs/$1 ] && [ ! -f /tmp/jobs/$1/exit ]; do sleep 5; done;"; }
-case "${1:?side | arms | score | seeds | shallow}" in
+case "${1:?side | arms | score | seeds | shallow | long | long-arms}" in
   shallow)
     # issue 33's candidate preset for a slower GPU: TRM trained with 1 outer cycle for the whole budget (a
     # one-stage curriculum, so the time limit cannot leave it half-grown) and evaluated with 3 cycles, K=16
@@ -39,6 +41,39 @@ case "${1:?side | arms | score | seeds | shallow}" in
       bash benchmarks/gpu_lm_shapes.sh score; PICK='grpo:7' BUDGET=260 CASE_S=240 STEPS=3 \
       EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
     bash $J wait 15 ;;
+  long)
+    # issue 30's open rows, one GPU each, as call 1 of a session (carry [".whl"]): GPU 2 the SCoRe 3B map under
+    # FSDP2 with CPU offload alone with a long budget (it logged no step within 240 s beside three training jobs);
+    # GPU 3 TRM's step speed in bf16 then fp16 (150 s each, one after the other). Calls 2-9 stash the asset, call
+    # 10 runs `long-arms`.
+    python3 -m distlab.cli data sudoku --output-dir /tmp/data/hard-1k-aug50-t1000 --train-size 1000 --test-size 1000 \
+      --num-aug 50 --workers 16 2>&1 | tail -1
+    bash $J start offload3b 2 "PICK='score:4' BUDGET=560 CASE_S=540 STEPS=3 EXTRA=sampling.backend=hf \
+      bash benchmarks/gpu_lm_shapes.sh score"
+    TRM="python3 -m distlab.cli train hrm --config trm-sudoku data.path=/tmp/data/hard-1k-aug50-t1000 steps=100000
+         lr_warmup_steps=100 run.time_limit_s=150 dist.compile=true log.every=25 log.progress=false ckpt.every=0
+         ckpt.at_end=false run.resume=never run.dir=\$OUT/runs"
+    TRM=$(echo $TRM)
+    bash $J start trm-precision 3 "for p in bf16:bfloat16 fp16:float16; do $TRM dist.precision=\${p%%:*} \
+      arch.forward_dtype=\${p#*:} run.name=trm-\${p%%:*} 2>&1 | grep -E 'rror|skipped|scale|reached' | tail -3; done"
+    bash $J wait 15 ;;
+  long-arms)
+    # issue 29 item 3: GRPO and its control arm on Qwen, longer than before (TRAIN_S, default 720 s) and with two
+    # seeds: seed 1 on GPUs 0-1 now, seed 2 on GPUs 2-3 once `long`'s jobs there have ended; each arm then scored
+    # base vs trained on MBPP test and HumanEval (carry [".asset_qwen/piece9", ".data"])
+    join_qwen
+    touch "$ASSET.ok"
+    mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
+    for seed in 1 2; do
+      for arm in grpo control; do
+        gpu=$(( (seed - 1) * 2 + $([ $arm = grpo ] && echo 0 || echo 1) ))
+        wait_for=$([ $seed = 2 ] && { [ $arm = grpo ] && after offload3b || after trm-precision; })
+        bash $J start qwen-$arm-seed$seed "$gpu" "$wait_for SEED=$seed MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET \
+          TRAIN_S=${TRAIN_S:-720} bash benchmarks/gpu_grpo_qwen.sh train $arm; for set in mbpp humaneval; do \
+          SEED=$seed ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh eval $arm \$set; done"
+      done
+    done
+    bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   seeds)
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
     # built once here: the three jobs would race to build the same folder
@@ -105,5 +140,5 @@ case "${1:?side | arms | score | seeds | shallow}" in
     bash $J start gpu3 3 "$(after shapes) CASES='8:512 64:256 8:256' timeout 400 bash benchmarks/gpu_rollout_speed.sh \
       $ASSET"
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
-  *) echo "stage must be side, arms or score"; exit 2 ;;
+  *) echo "stage must be side, arms, score, seeds, shallow, long or long-arms"; exit 2 ;;
 esac
