@@ -61,12 +61,32 @@ def test_gradients_equal_naive(tiny):
         ((logp * weights).sum() + 0.1 * ent.sum()).backward()
         return {n: p.grad.clone() for n, p in model.named_parameters()}
 
-    chunked = grads(lambda: token_logprobs(model, ids, mask, start=4, chunk_tokens=7, with_entropy=True))
+    chunked = grads(lambda: token_logprobs(model, ids, mask, start=4, chunk_tokens=7, with_entropy="grad"))
     naive = grads(lambda: _naive(model, ids, mask, score_mask(mask, start=4)))
     for name, g in naive.items():
         assert torch.isfinite(chunked[name]).all(), name
         torch.testing.assert_close(chunked[name], g, rtol=1e-4, atol=1e-5, msg=name)
     assert all(g.abs().sum() > 0 for g in chunked.values())  # every parameter receives gradient
+    model.zero_grad(set_to_none=True)
+
+
+def test_entropy_as_a_statistic_carries_no_gradient(tiny):
+    """``with_entropy=True`` (the update's logged entropy) gives the same values and log-prob gradients as the
+    naive computation, but no gradient through the entropy: the backward skips a product over the vocabulary."""
+    model, tok = tiny
+    ids, mask = _batch(tok, seed=4)
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(5))
+    model.zero_grad(set_to_none=True)
+    logp, ent = token_logprobs(model, ids, mask, start=4, chunk_tokens=7, with_entropy=True)
+    assert logp.requires_grad and not ent.requires_grad
+    (logp * weights).sum().backward()
+    got = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    ref_logp, ref_ent = _naive(model, ids, mask, score_mask(mask, start=4))
+    (ref_logp * weights).sum().backward()
+    torch.testing.assert_close(ent, ref_ent.detach(), rtol=0, atol=1e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(got[name], p.grad, rtol=1e-4, atol=1e-5, msg=name)
     model.zero_grad(set_to_none=True)
 
 

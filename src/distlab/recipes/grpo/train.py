@@ -223,7 +223,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     def micro_loss(m: int):
         sl = batches[m]
         logp, ent = logprobs(policy, ids[sl], attn[sl], comp[sl], chunk_tokens=cfg.logprob_chunk, temperature=temp,
-                             entropy=True, pack=cfg.padding_free)
+                             entropy="grad" if cfg.entropy_coef else True, pack=cfg.padding_free)
         return policy_loss(logp, old[m], ref[m], adv[sl[0]].to(device).float(), mask[sl], epsilon=cfg.epsilon,
                            epsilon_high=cfg.epsilon_high or cfg.epsilon, beta=cfg.beta, kl=cfg.kl,
                            loss_type=cfg.loss_type, norm=norm, max_completion_length=cfg.sampling.max_completion_length,

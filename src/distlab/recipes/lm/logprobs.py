@@ -61,7 +61,7 @@ def score_mask(
 
 
 def _chunk_scores(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                  with_entropy: bool) -> torch.Tensor:
+                  with_entropy: bool | str) -> torch.Tensor:
     """[n, 1 or 2]: log p(target) and optionally the entropy, for n hidden rows, logits in fp32."""
     logits = type(head).forward(head, hidden).float()  # the class's forward: ours is swapped out
     if temperature != 1.0:
@@ -70,6 +70,8 @@ def _chunk_scores(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, 
     logp = logits.gather(-1, targets[:, None]).squeeze(-1) - logz
     if not with_entropy:
         return logp[:, None]
+    if with_entropy != "grad":  # a statistic: no backward through a vocabulary-wide product per token
+        logits, logz = logits.detach(), logz.detach()
     probs = torch.exp(logits - logz[:, None])
     entropy = logz - (probs * logits).sum(-1)
     return torch.stack([logp, entropy], dim=-1)
@@ -99,14 +101,16 @@ def token_logprobs(
     *,
     chunk_tokens: int = 1024,
     temperature: float = 1.0,
-    with_entropy: bool = False,
+    with_entropy: bool | str = False,
     pack: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities ``logp[b, t] = log p(input_ids[b, t] | input_ids[b, :t])``, shape [B, T], fp32.
 
     Positions outside :func:`score_mask` (the first token, padding, the prompt when
     ``completion_mask``/``start`` is given) hold 0. ``entropy`` (same layout, of the distribution that
-    predicted token t) is returned when ``with_entropy``, else ``None``. ``temperature`` divides the
+    predicted token t) is returned when ``with_entropy``, else ``None``; it is a statistic without gradient
+    unless ``with_entropy="grad"`` (an entropy bonus in the loss), which spares the update's backward a
+    vocabulary-wide product per token. ``temperature`` divides the
     logits first, matching sampling at that temperature. Gradients flow to the model's parameters
     when grad is enabled; the peak extra memory is one ``chunk_tokens x vocab`` block of logits.
     """
@@ -125,15 +129,21 @@ def token_logprobs(
                       rows.block_mask() if flex else rows.mask, rows.positions, chunk_tokens, temperature,
                       with_entropy)
         out = out[rows.row, rows.col].reshape(*input_ids.shape, -1) * attention_mask[..., None]
-        return out[..., 0], (out[..., 1] if with_entropy else None)
+        return out[..., 0], _entropy(out, with_entropy)
     out = _scores(model, head, input_ids, mask, attention_mask, position_ids_from_mask(attention_mask), chunk_tokens,
                   temperature, with_entropy)
-    return out[..., 0], (out[..., 1] if with_entropy else None)
+    return out[..., 0], _entropy(out, with_entropy)
+
+
+def _entropy(out: torch.Tensor, with_entropy: bool | str) -> torch.Tensor | None:
+    if not with_entropy:
+        return None
+    return out[..., 1] if with_entropy == "grad" else out[..., 1].detach()
 
 
 def _scores(model: nn.Module, head: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor,
             attention_mask: torch.Tensor, position_ids: torch.Tensor, chunk_tokens: int, temperature: float,
-            with_entropy: bool) -> torch.Tensor:
+            with_entropy: bool | str) -> torch.Tensor:
     """[B, T, 1 or 2]: the model's forward with the chunked head over the ``mask``ed positions."""
     sel = mask[:, 1:]  # the hidden state at t-1 predicts the token at t
     targets = input_ids[:, 1:][sel]
@@ -234,7 +244,7 @@ def _to_packed(x: torch.Tensor, rows: PackedRows, fill) -> torch.Tensor:
 
 
 def logprobs(model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, *, chunk_tokens: int,
-             temperature: float = 1.0, entropy: bool = False, pack: bool = False
+             temperature: float = 1.0, entropy: bool | str = False, pack: bool = False
              ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`token_logprobs` of ``mask``ed tokens for a placed model (wrapped, offloaded or on another device).
 
