@@ -1,4 +1,5 @@
-"""Learning curves of LM runs from their metrics.jsonl: reward, zero-variance groups, KL, entropy, length, clipping.
+"""Learning curves of LM runs from their metrics.jsonl: reward, zero-variance groups, KL, entropy, length, clipping
+(GRPO); for SCoRe runs (found by their ``acc_t1`` key) the turns' accuracies, delta, KL, hint length and guidance reward.
 
 Several runs overlay on the same panels (a run beside its control arm, seeds side by side); ``LABEL=PATH`` names a
 run's line, a bare path is labelled by its run folder.
@@ -22,6 +23,10 @@ PANELS = (("reward_mean", "reward (mean of G samples)"), ("zero_std_fraction", "
           ("kl", "KL to the reference (k3, per token)"), ("entropy", "entropy (nats per token)"),
           ("completion_length", "completion length (tokens)"), ("clip", "clipped tokens (low + high)"))
 
+SCORE_PANELS = (("acc_t1", "Acc@t1 (sampled, this step)"), ("acc_t2", "Acc@t2 (sampled, this step)"),
+                ("delta_t1_t2", "delta(t1, t2)"), ("kl_t2", "KL of turn 2 to the reference"),
+                ("hint_tokens", "hint length (tokens)"), ("guidance_reward", "guidance reward"))
+
 
 def train_rows(path: Path) -> list[dict]:
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
@@ -40,13 +45,15 @@ def main() -> None:
         ap.error("give at least one metrics.jsonl and the output .png")
     *runs, out = a.runs
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), sharex=True)
+    panels = PANELS
     for spec in runs:
         label, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).parent.name, "", spec)
         train = train_rows(Path(path))
+        panels = SCORE_PANELS if train and "acc_t1" in train[0] else PANELS
         steps = [r["step"] for r in train]
-        for ax, (key, _) in zip(axes.flat, PANELS):
-            ax.plot(steps, [r.get(key, float("nan")) for r in train], lw=1, label=label)
-    for ax, (_, title) in zip(axes.flat, PANELS):
+        for ax, (key, _) in zip(axes.flat, panels):
+            ax.plot(steps, [r.get(key, float("nan")) for r in train], lw=1, label=label, marker=".")
+    for ax, (_, title) in zip(axes.flat, panels):
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
     for ax in axes[1]:
