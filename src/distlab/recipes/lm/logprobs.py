@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -61,7 +62,7 @@ def score_mask(
 
 
 def _chunk_scores(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                  with_entropy: bool | str) -> torch.Tensor:
+                  with_entropy: bool | Literal["grad"]) -> torch.Tensor:
     """[n, 1 or 2]: log p(target) and optionally the entropy, for n hidden rows, logits in fp32."""
     logits = type(head).forward(head, hidden).float()  # the class's forward: ours is swapped out
     if temperature != 1.0:
@@ -101,7 +102,7 @@ def token_logprobs(
     *,
     chunk_tokens: int = 1024,
     temperature: float = 1.0,
-    with_entropy: bool | str = False,
+    with_entropy: bool | Literal["grad"] = False,
     pack: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities ``logp[b, t] = log p(input_ids[b, t] | input_ids[b, :t])``, shape [B, T], fp32.
@@ -135,7 +136,7 @@ def token_logprobs(
     return out[..., 0], _entropy(out, with_entropy)
 
 
-def _entropy(out: torch.Tensor, with_entropy: bool | str) -> torch.Tensor | None:
+def _entropy(out: torch.Tensor, with_entropy: bool | Literal["grad"]) -> torch.Tensor | None:
     if not with_entropy:
         return None
     return out[..., 1] if with_entropy == "grad" else out[..., 1].detach()
@@ -143,7 +144,7 @@ def _entropy(out: torch.Tensor, with_entropy: bool | str) -> torch.Tensor | None
 
 def _scores(model: nn.Module, head: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor,
             attention_mask: torch.Tensor, position_ids: torch.Tensor, chunk_tokens: int, temperature: float,
-            with_entropy: bool | str) -> torch.Tensor:
+            with_entropy: bool | Literal["grad"]) -> torch.Tensor:
     """[B, T, 1 or 2]: the model's forward with the chunked head over the ``mask``ed positions."""
     sel = mask[:, 1:]  # the hidden state at t-1 predicts the token at t
     targets = input_ids[:, 1:][sel]
@@ -244,7 +245,7 @@ def _to_packed(x: torch.Tensor, rows: PackedRows, fill) -> torch.Tensor:
 
 
 def logprobs(model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, *, chunk_tokens: int,
-             temperature: float = 1.0, entropy: bool | str = False, pack: bool = False
+             temperature: float = 1.0, entropy: bool | Literal["grad"] = False, pack: bool = False
              ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`token_logprobs` of ``mask``ed tokens for a placed model (wrapped, offloaded or on another device).
 
