@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tiny", action="store_true", help="tiny random model and shapes, for a quick CPU check")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the timed calls, one more under torch.profiler: the N ops with the most self time on "
+                         "the device (CPU: on the host) and, on CUDA, the share of the wall time kernels ran")
     args = ap.parse_args(argv)
     if args.tiny:
         args.source = args.source or "tiny:llama-2l"
@@ -84,6 +87,29 @@ def _peak_memory_mb(device: torch.device) -> float:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _profile(call, device: torch.device, top: int) -> dict:
+    """One call under torch.profiler: where its time goes, op by op, and (CUDA) how busy the device was: a decode
+    loop whose kernels fill little of the wall time is bound by the host (Python, launches, syncs), not the GPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        start = time.perf_counter()
+        call()
+        _sync(device)
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    ranked = sorted(events, key=lambda e: getattr(e, key), reverse=True)[:top]
+    out = {"profile_wall_s": round(wall, 3),
+           "profile_top": [{"op": e.key, "calls": e.count, "self_ms": round(getattr(e, key) / 1e3, 2)} for e in ranked]}
+    if cuda:
+        out["device_busy_frac"] = round(sum(e.self_device_time_total for e in events) / 1e6 / wall, 3)
+    for row in out["profile_top"]:
+        print(f"  {row['self_ms']:10.2f} ms  {row['calls']:7d} x  {row['op'][:90]}")
+    return out
 
 
 def run_backend(model, tok, prompts: list[str], backend: str, args, device: torch.device) -> dict:
@@ -109,7 +135,9 @@ def run_backend(model, tok, prompts: list[str], backend: str, args, device: torc
         lengths.append(max(len(c.token_ids) for c in out))
         truncated.append(sum(c.truncated for c in out) / len(out))
     i = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
-    return {
+    profiled = _profile(lambda: generate(model, tok, prompts, seed=args.seed, **kw), device, args.profile) \
+        if args.profile else {}
+    return {**profiled,
         "backend": label,
         # hf-static: transformers compiles the decode step itself on CUDA
         "compile": (backend == "static" and (compile_flag if compile_flag is not None else device.type == "cuda"))
@@ -152,7 +180,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             rows.append({"backend": backend, "error": f"{type(e).__name__}: {e}"[:2000]})
 
     cols = ["backend", "compile", "sequences", "generated_tokens", "longest", "seconds", "tokens_per_s",
-            "decode_steps_per_s", "warmup_s", "peak_mem_mb"]
+            "decode_steps_per_s", "warmup_s", "peak_mem_mb", "device_busy_frac"]
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r.get(c, "-")) for c in cols))

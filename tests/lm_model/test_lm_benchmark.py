@@ -23,3 +23,15 @@ def test_benchmark_cpu_tiny(tmp_path, capsys):
         [r["backend"] for r in rows]
     assert all(r["tokens_per_s"] > 0 and r["generated_tokens"] > 0 for r in rows)
     assert data["meta"]["device"] == "cpu" and data["meta"]["torch"]
+
+
+def test_benchmark_profile_names_where_the_time_goes(tmp_path):
+    spec = importlib.util.spec_from_file_location("lm_generate_bench", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.main(["--device", "cpu", "--tiny", "--backends", "static", "--profile", "5"])
+    top = rows[0]["profile_top"]
+    assert len(top) == 5 and rows[0]["profile_wall_s"] > 0
+    assert all(r["self_ms"] >= 0 and r["calls"] >= 1 and r["op"] for r in top)
+    assert [r["self_ms"] for r in top] == sorted((r["self_ms"] for r in top), reverse=True)
+    assert "device_busy_frac" not in rows[0]  # measured on CUDA only
