@@ -43,5 +43,8 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
 
 
 def nonfinite_rows(logits: torch.Tensor) -> torch.Tensor:
-    """Bool [B]: rows holding an inf or NaN logit, which no sampling rule can turn into a distribution."""
-    return ~torch.isfinite(logits).all(dim=-1)
+    """Bool [B]: rows holding an inf or NaN logit, which no sampling rule can turn into a distribution.
+
+    Checked on every decode step, so one read of the logits: a row's sum is finite exactly when every logit is
+    (no [B, V] mask is written; a model's logits are far too small for their sum to overflow)."""
+    return ~torch.isfinite(logits.sum(dim=-1))
