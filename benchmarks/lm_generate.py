@@ -69,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="after the timed calls, one more under torch.profiler: the N ops with the most self time on "
                          "the device (CPU: on the host) and, on CUDA, the share of the wall time kernels ran")
     args = ap.parse_args(argv)
+    if args.profile < 0:
+        ap.error(f"--profile takes a number of ops, 0 or more (0: no profile), not {args.profile}")
     if args.tiny:
         args.source = args.source or "tiny:llama-2l"
         args.prompts, args.samples = min(args.prompts, 2), min(args.samples, 2)

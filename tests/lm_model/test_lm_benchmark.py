@@ -35,3 +35,16 @@ def test_benchmark_profile_names_where_the_time_goes(tmp_path):
     assert all(r["self_ms"] >= 0 and r["calls"] >= 1 and r["op"] for r in top)
     assert [r["self_ms"] for r in top] == sorted((r["self_ms"] for r in top), reverse=True)
     assert "device_busy_frac" not in rows[0]  # measured on CUDA only
+
+
+def test_benchmark_refuses_a_negative_profile(capsys):
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("lm_generate_bench", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with pytest.raises(SystemExit) as stop:
+        bench.parse_args(["--tiny", "--device", "cpu", "--profile", "-2"])
+    assert stop.value.code == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert len(err) == 1 and "--profile takes a number of ops, 0 or more" in err[0]
