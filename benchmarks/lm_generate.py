@@ -27,6 +27,7 @@ if str(SRC) not in sys.path:
 
 import torch  # noqa: E402
 
+from distlab.recipes.lm.attention import GROUPED_SDPA  # noqa: E402
 from distlab.recipes.lm.chat import render_prompt  # noqa: E402
 from distlab.recipes.lm.generate import BACKENDS, generate  # noqa: E402
 from distlab.recipes.lm.model_source import DEFAULT_SOURCE, load_causal_lm  # noqa: E402
@@ -57,7 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--backends", default="hf,static",
                     help=f"comma list of {', '.join(BACKENDS)}; 'static-noshare' is static with every row prefilled "
                          f"(no prefix sharing), to measure what sharing a prompt's prefill across its G samples saves; "
-                         f"'static-compact' is static with compact_rows (finished rows leave the decoded batch)")
+                         f"'static-compact' is static with compact_rows (finished rows leave the decoded batch); "
+                         f"NAME@ATTN runs a backend with that attention (default: {GROUPED_SDPA} for ours, "
+                         f"transformers' sdpa for hf and hf-static), e.g. static@sdpa")
     ap.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                     help="static backend: torch.compile + CUDA graphs (auto: on for CUDA)")
     ap.add_argument("--repeats", type=int, default=1, help="timed calls per backend (the median is reported)")
@@ -71,6 +74,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.profile < 0:
         ap.error(f"--profile takes a number of ops, 0 or more (0: no profile), not {args.profile}")
+    from transformers import AttentionInterface
+
+    attentions = (GROUPED_SDPA, "eager", *AttentionInterface._global_mapping)
+    for item in (b.strip() for b in args.backends.split(",") if b.strip()):
+        name, _, attention = item.partition("@")
+        if name not in (*BACKENDS, "static-noshare", "static-compact"):
+            ap.error(f"--backends: no backend {name!r}; choose from {', '.join(BACKENDS)}, static-noshare, "
+                     f"static-compact")
+        if attention and attention not in attentions:
+            ap.error(f"--backends: {item!r} names no attention transformers has; choose from "
+                     f"{', '.join(a for a in attentions if '|' not in a)}")
     if args.tiny:
         args.source = args.source or "tiny:llama-2l"
         args.prompts, args.samples = min(args.prompts, 2), min(args.samples, 2)
@@ -116,7 +130,10 @@ def _profile(call, device: torch.device, top: int) -> dict:
 
 def run_backend(model, tok, prompts: list[str], backend: str, args, device: torch.device) -> dict:
     compile_flag = None if args.compile == "auto" else args.compile == "on"
-    label, share, compact = backend, backend != "static-noshare", backend == "static-compact"
+    label = backend
+    backend, _, attention = backend.partition("@")
+    model.config._attn_implementation = attention or ("sdpa" if backend.startswith("hf") else GROUPED_SDPA)
+    share, compact = backend != "static-noshare", backend == "static-compact"
     backend = "static" if backend in ("static-noshare", "static-compact") else backend
     kw = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, top_p=args.top_p, n=args.samples,
               backend=backend, compile=compile_flag, **({} if share else {"share_prefix": False}),
@@ -141,6 +158,7 @@ def run_backend(model, tok, prompts: list[str], backend: str, args, device: torc
         if args.profile else {}
     return {**profiled,
         "backend": label,
+        "attention": model.config._attn_implementation,
         # hf-static: transformers compiles the decode step itself on CUDA
         "compile": (backend == "static" and (compile_flag if compile_flag is not None else device.type == "cuda"))
         or (backend == "hf-static" and device.type == "cuda"),

@@ -48,3 +48,23 @@ def test_benchmark_refuses_a_negative_profile(capsys):
     assert stop.value.code == 2
     err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
     assert len(err) == 1 and "--profile takes a number of ops, 0 or more" in err[0]
+
+
+def test_benchmark_attention_per_backend(capsys):
+    """ours decodes with grouped_sdpa, transformers' backends with their own sdpa, unless NAME@ATTN says
+    otherwise; a name transformers lacks is refused before any model loads."""
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("lm_generate_bench", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.main(["--device", "cpu", "--tiny", "--backends", "static,static@sdpa,hf-static"])
+    assert [(r["backend"], r["attention"]) for r in rows] == [
+        ("static", "grouped_sdpa"), ("static@sdpa", "sdpa"), ("hf-static", "sdpa")]
+    assert rows[0]["generated_tokens"] == rows[1]["generated_tokens"] > 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        bench.parse_args(["--tiny", "--device", "cpu", "--backends", "static,static@spda"])
+    assert stop.value.code == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert len(err) == 1 and "'static@spda' names no attention" in err[0]

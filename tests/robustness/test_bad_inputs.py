@@ -227,6 +227,8 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("grpo-gguf-empty", ["train", "grpo", "model.source=empty.gguf"], ["not a gguf file", "0 bytes"]),
     ("grpo-gguf-garbage", ["train", "grpo", "model.source=garbage.gguf"], ["not a gguf file"]),
     ("grpo-gguf-truncated", ["train", "grpo", "model.source=trunc.gguf"], ["trunc.gguf", "re-download"]),
+    ("grpo-attn-unknown", ["train", "grpo", "model.attn_implementation=spda"],
+     ["model.attn_implementation=spda", "not an attention", "grouped_sdpa"]),
     ("grpo-flex-on-cpu", ["train", "grpo", "padding_free=true", "model.attn_implementation=flex_attention"],
      ["model.attn_implementation=flex_attention", "use sdpa on the CPU"]),
     ("grpo-padding-free-flash", ["train", "grpo", "padding_free=true", "model.attn_implementation=flash_attention_2"],

@@ -91,18 +91,30 @@ def check_settings(cfg: Any) -> None:
 
     check_sampling(cfg.sampling)
     check_evaluation(cfg.evaluation)
-    if cfg.padding_free and cfg.model.attn_implementation not in ("sdpa", "eager", "flex_attention"):
+    if cfg.padding_free and cfg.model.attn_implementation not in ("grouped_sdpa", "sdpa", "eager", "flex_attention"):
         raise DistlabError(f"padding_free=true keeps packed sequences apart with a block-diagonal attention mask, "
-                           f"which model.attn_implementation={cfg.model.attn_implementation} does not take; use sdpa, "
-                           f"eager or flex_attention (document masks), or padding_free=false")
+                           f"which model.attn_implementation={cfg.model.attn_implementation} does not take; use "
+                           f"grouped_sdpa, sdpa, eager or flex_attention (document masks), or padding_free=false")
     check_attention(cfg)
     check_sandbox(cfg.sandbox)
 
 
 def check_attention(cfg: Any) -> None:
-    """FlexAttention has no backward pass on the CPU: a CPU run would fail at its first update, not here."""
+    """A name transformers does not know fails inside every rank at load, and FlexAttention has no backward pass
+    on the CPU (a CPU run would fail at its first update): both refused here, before any process starts."""
     import torch
 
+    from distlab.optim_state import import_torchao_quietly
+    from distlab.recipes.lm.attention import GROUPED_SDPA
+
+    import_torchao_quietly()  # transformers imports it: first, without its error-looking lines
+    from transformers import AttentionInterface
+
+    name = cfg.model.attn_implementation
+    known = [GROUPED_SDPA, "eager", *AttentionInterface._global_mapping]
+    if name not in known:
+        raise DistlabError(f"model.attn_implementation={name}: not an attention this transformers has; choose one "
+                           f"of {', '.join(k for k in known if '|' not in k)}")
     on_cpu = cfg.dist.device == "cpu" or (cfg.dist.device == "auto" and not torch.cuda.is_available())
     if cfg.model.attn_implementation == "flex_attention" and on_cpu:
         raise DistlabError("model.attn_implementation=flex_attention trains only on a GPU (FlexAttention has no "

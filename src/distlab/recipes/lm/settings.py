@@ -30,7 +30,9 @@ class ModelConfig:
     lora_alpha: float = 0.0  # 0: 2 x lora_r
     gradient_checkpointing: bool = False
     prompt_mode: PromptMode = PromptMode.chat
-    attn_implementation: str = "sdpa"
+    # grouped_sdpa: transformers' sdpa whose decode step reads K/V once per key/value head (recipes/lm/attention.py);
+    # any name transformers takes (sdpa, eager, flex_attention, flash_attention_2) also works
+    attn_implementation: str = "grouped_sdpa"
 
 
 @dataclass
