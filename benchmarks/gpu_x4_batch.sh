@@ -18,14 +18,18 @@
 #   shallow: the same three seeds trained with 1 outer cycle (arch.curriculum=0:1), evaluated with 3; GPU 3 the
 #            shape rows. As call 1 of a session whose calls 2-9 stash the asset and call 10 runs `score`, the
 #            SCoRe arms and the rollout cases start on each GPU once its `shallow` job has ended.
+#   pair / pair-arms: call 1 and call 10 of a session on a 2-GPU machine (4-GPU kinds not lent): GPU 0 the rollout
+#            cases with grouped_sdpa vs transformers' sdpa vs hf-static on random shapes, GPU 1 TRM's fp16 vs bf16
+#            speed; then GPU 0 the real model's 512 x 512 rollout case and GPU 1 TRL vs distlab, then the GRPO and
+#            control arms of seed 1 (TRAIN_S, default 600 s), each scored on MBPP test and HumanEval.
 # GPU 0/1: HRM and TRM in bf16 and in fp16 with loss scaling (issue 30 item 1), then the two GRPO arms on Qwen.
 # GPU 2: TRM 380 s budget, seed 2 (issue 33), then TRL vs distlab on Qwen once the asset is joined (issue 29 item 6).
 # GPU 3: the seeds' shapes rows not yet measured (issue 30 item 2), then the depth curriculum in the 380 s budget.
 set -uo pipefail
 source benchmarks/device_setup.sh
 J=benchmarks/gpu_jobs.sh
-# a job's prefix that waits for an earlier job of this machine (if it was started) to end
-after() { echo "while [ -d /tmp/jobs/$1 ] && [ ! -f /tmp/jobs/$1/exit ]; do sleep 5; done;"; }
+# a job's prefix that waits for an earlier job of this machine (if it was started) to end; none for ""
+after() { [ -n "$1" ] && echo "while [ -d /tmp/jobs/$1 ] && [ ! -f /tmp/jobs/$1/exit ]; do sleep 5; done;"; }
 # the 1,000 generated hard puzzles x 50 of the 380 s budget runs, built once (parallel jobs would race on it)
 hard_sudoku() {
   python3 -m distlab.cli data sudoku --output-dir "$1" --train-size 1000 --test-size 1000 --num-aug 50 --workers 16 \
@@ -40,7 +44,48 @@ trm_seeds() {
       trm-sudoku $seed 50 $*"
   done
 }
-case "${1:?side | arms | score | seeds | shallow | long | long-arms}" in
+# TRM's step speed in bf16, then fp16 with loss scaling, 150 s each on one GPU ($1: job name, $2: GPU)
+trm_precision() {
+  local trm="python3 -m distlab.cli train hrm --config trm-sudoku data.path=/tmp/data/hard-1k-aug50-t1000
+    steps=100000 lr_warmup_steps=100 run.time_limit_s=150 dist.compile=true log.every=25 log.progress=false
+    ckpt.every=0 ckpt.at_end=false run.resume=never run.dir=\$OUT/runs"
+  trm=$(echo $trm)
+  bash $J start "$1" "$2" "for p in bf16:bfloat16 fp16:float16; do $trm dist.precision=\${p%%:*} \
+    arch.forward_dtype=\${p#*:} run.name=trm-\${p%%:*} 2>&1 | grep -E 'rror|skipped|scale|reached' | tail -3; done"
+}
+# GRPO and its control arm on Qwen for one seed (TRAIN_S), then each scored on MBPP test and HumanEval;
+# $1: seed, $2/$3: the GPUs of grpo/control, $4/$5: the jobs each waits for first
+qwen_arms() {
+  local seed=$1
+  for arm in grpo control; do
+    local gpu=$([ $arm = grpo ] && echo "$2" || echo "$3") wait_for=$([ $arm = grpo ] && echo "$4" || echo "$5")
+    bash $J start qwen-$arm-seed$seed "$gpu" "$(after "$wait_for") SEED=$seed MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET \
+      TRAIN_S=${TRAIN_S:-720} bash benchmarks/gpu_grpo_qwen.sh train $arm; for set in mbpp humaneval; do \
+      SEED=$seed ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh eval $arm \$set; done"
+  done
+}
+case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pair-arms}" in
+  pair)
+    # call 1 on a 2-GPU machine (carry [".whl"]): how much grouped_sdpa's decode gains, against hf-static, on the
+    # Qwen and SmolLM2 shapes at 512 sequences (random weights: every row decodes to the limit); TRM's precisions
+    hard_sudoku /tmp/data/hard-1k-aug50-t1000
+    bash $J start rollout-shapes 0 "CASES='64:256 64:512' BACKENDS=static,static@sdpa,hf-static timeout 430 bash \
+      benchmarks/gpu_rollout_speed.sh random:qwen2.5-0.5b,random:smollm2-135m"
+    trm_precision trm-precision 1
+    bash $J wait 15 ;;
+  pair-arms)
+    # call 10 (carry [".asset_qwen/piece9", ".data"]): the real model's 512-sequence case beside hf-static on GPU 0,
+    # TRL vs distlab on GPU 1, then GRPO and control for seed 1 (TRAIN_S default 600 here)
+    join_qwen
+    touch "$ASSET.ok"
+    mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
+    bash $J start rollout-qwen 0 "$(after rollout-shapes) CASES='64:512' BACKENDS=static-compact,hf-static,static \
+      timeout 300 bash benchmarks/gpu_rollout_speed.sh $ASSET"
+    bash $J start trl 1 "$(after trm-precision) timeout 300 python3 benchmarks/trl_compare.py --model $ASSET \
+      --device cuda --dtype bf16 --steps 8 --warmup-steps 2 --prompts 16 --num-generations 8 --micro-batch 32 \
+      --max-completion-length 256 --sandbox-workers 8 --json \$OUT/trl_compare.json"
+    TRAIN_S=${TRAIN_S:-600} qwen_arms 1 0 1 rollout-qwen trl
+    bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   shallow)
     # issue 33's candidate preset for a slower GPU: TRM trained with 1 outer cycle for the whole budget (a
     # one-stage curriculum, so the time limit cannot leave it half-grown) and evaluated with 3 cycles, K=16
@@ -59,12 +104,7 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms}" in
     hard_sudoku /tmp/data/hard-1k-aug50-t1000
     bash $J start offload3b 2 "PICK='score:4' BUDGET=560 CASE_S=540 STEPS=3 EXTRA=sampling.backend=hf \
       bash benchmarks/gpu_lm_shapes.sh score"
-    TRM="python3 -m distlab.cli train hrm --config trm-sudoku data.path=/tmp/data/hard-1k-aug50-t1000 steps=100000
-         lr_warmup_steps=100 run.time_limit_s=150 dist.compile=true log.every=25 log.progress=false ckpt.every=0
-         ckpt.at_end=false run.resume=never run.dir=\$OUT/runs"
-    TRM=$(echo $TRM)
-    bash $J start trm-precision 3 "for p in bf16:bfloat16 fp16:float16; do $TRM dist.precision=\${p%%:*} \
-      arch.forward_dtype=\${p#*:} run.name=trm-\${p%%:*} 2>&1 | grep -E 'rror|skipped|scale|reached' | tail -3; done"
+    trm_precision trm-precision 3
     bash $J wait 15 ;;
   long-arms)
     # issue 29 item 3: GRPO and its control arm on Qwen, longer than before (TRAIN_S, default 720 s) and with two
@@ -73,15 +113,8 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms}" in
     join_qwen
     touch "$ASSET.ok"
     mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
-    for seed in 1 2; do
-      for arm in grpo control; do
-        gpu=$(( (seed - 1) * 2 + $([ $arm = grpo ] && echo 0 || echo 1) ))
-        wait_for=$([ $seed = 2 ] && { [ $arm = grpo ] && after offload3b || after trm-precision; })
-        bash $J start qwen-$arm-seed$seed "$gpu" "$wait_for SEED=$seed MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET \
-          TRAIN_S=${TRAIN_S:-720} bash benchmarks/gpu_grpo_qwen.sh train $arm; for set in mbpp humaneval; do \
-          SEED=$seed ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh eval $arm \$set; done"
-      done
-    done
+    qwen_arms 1 0 1 "" ""
+    qwen_arms 2 2 3 offload3b trm-precision
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   seeds)
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
@@ -143,5 +176,5 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms}" in
     bash $J start gpu3 3 "$(after shapes) CASES='8:512 64:256 8:256' timeout 400 bash benchmarks/gpu_rollout_speed.sh \
       $ASSET"
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
-  *) echo "stage must be side, arms, score, seeds, shallow, long or long-arms"; exit 2 ;;
+  *) echo "stage must be side, arms, score, seeds, shallow, long, long-arms, pair or pair-arms"; exit 2 ;;
 esac
