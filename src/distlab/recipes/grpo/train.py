@@ -3,7 +3,8 @@
 Read top to bottom, one step is: take this rank's prompts from the global-batch sampler; sample G
 completions of each (all of a prompt's group on one rank, so its advantages need no communication),
 scoring each chunk's programs in the sandbox while the next chunk is sampled; agree on the step's
-global token and sequence counts with one all-reduce; then ``num_iterations`` clipped policy updates
+global token and sequence counts with one all-reduce and take the reference's log-probs, while the sandbox still
+runs the programs (unless dynamic sampling must see the rewards first); then ``num_iterations`` clipped policy updates
 (``lm/update.py``), each over micro-batches whose losses are normalised by those global counts, so the
 gradient does not depend on the world size or the micro-batching.
 """
@@ -139,20 +140,39 @@ class Group:
         return max(self.total) != min(self.total)  # equal rewards: every advantage is 0
 
 
-def sample_groups(cfg: GRPOConfig, parts: Parts, local: list[Task], seed: int, times: dict[str, float]
-                  ) -> list[Group]:
-    """G completions of each prompt, scored by every reward function, one :class:`Group` per prompt."""
+@dataclass
+class Rollouts:
+    """Sampled completions whose rewards the sandbox is still computing (``started``: one pending set each)."""
+
+    prompts: list[str]
+    comps: list
+    started: list
+
+
+def start_rollouts(cfg: GRPOConfig, parts: Parts, local: list[Task], seed: int, times: dict[str, float]) -> Rollouts:
+    """G completions of each prompt, their programs already submitted to the sandbox."""
     t0 = time.perf_counter()
     prompts = [prompt_text(t, parts.tok, cfg.model.prompt_mode, parts.few_shot) for t in local]
     comps, started = rollout(cfg, parts, local, prompts, seed)
-    t1 = time.perf_counter()
-    values = parts.rewards.collect(started)
-    times["generate_s"] = times.get("generate_s", 0.0) + t1 - t0
-    times["reward_wait_s"] = times.get("reward_wait_s", 0.0) + time.perf_counter() - t1
+    times["generate_s"] = times.get("generate_s", 0.0) + time.perf_counter() - t0
+    return Rollouts(prompts, comps, started)
+
+
+def scored_groups(cfg: GRPOConfig, parts: Parts, ro: Rollouts, times: dict[str, float]) -> list[Group]:
+    """Wait for every reward of ``ro``; one :class:`Group` per prompt."""
+    t0 = time.perf_counter()
+    values = parts.rewards.collect(ro.started)
+    times["reward_wait_s"] = times.get("reward_wait_s", 0.0) + time.perf_counter() - t0
     total = parts.rewards.total(values)
     g = cfg.num_generations
-    return [Group(prompts[i], comps[i * g:(i + 1) * g], {k: v[i * g:(i + 1) * g] for k, v in values.items()},
-                  total[i * g:(i + 1) * g]) for i in range(len(local))]
+    return [Group(ro.prompts[i], ro.comps[i * g:(i + 1) * g], {k: v[i * g:(i + 1) * g] for k, v in values.items()},
+                  total[i * g:(i + 1) * g]) for i in range(len(ro.prompts))]
+
+
+def sample_groups(cfg: GRPOConfig, parts: Parts, local: list[Task], seed: int, times: dict[str, float]
+                  ) -> list[Group]:
+    """G completions of each prompt, scored by every reward function, one :class:`Group` per prompt."""
+    return scored_groups(cfg, parts, start_rollouts(cfg, parts, local, seed, times), times)
 
 
 def refill(cfg: GRPOConfig, session, parts: Parts, groups: list[Group], tasks: list[Task], step: int,
@@ -185,11 +205,16 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     for g in opt.param_groups:
         g["lr"] = cfg.lr * lr_factor(step, cfg.warmup_steps, cfg.steps, cfg.lr_scheduler_type.value)
     times: dict[str, float] = {}
-    groups = sample_groups(cfg, parts, local, rollout_seed(cfg.run.seed, step, rt.rank), times)
+    ro = start_rollouts(cfg, parts, local, rollout_seed(cfg.run.seed, step, rt.rank), times)
     rounds = 0
-    if cfg.dynamic_sampling:
-        groups, rounds = refill(cfg, session, parts, groups, tasks, step, times)
-    comps = [c for grp in groups for c in grp.comps]
+    if cfg.dynamic_sampling:  # which groups train depends on their rewards: wait for them first
+        groups, rounds = refill(cfg, session, parts, scored_groups(cfg, parts, ro, times), tasks, step, times)
+        comps = [c for grp in groups for c in grp.comps]
+        batch = frozen_batch(cfg, session, parts, comps, times)
+    else:  # the reference's log-probs need no reward: the GPU computes them while the sandbox runs the programs
+        comps = ro.comps
+        batch = frozen_batch(cfg, session, parts, comps, times)
+        groups = scored_groups(cfg, parts, ro, times)
     prompts = [grp.prompt for grp in groups for _ in grp.comps]
     per_func = {k: [v for grp in groups for v in grp.values[k]] for k in groups[0].values} if groups else {}
     rewards = torch.tensor([r for grp in groups for r in grp.total], dtype=torch.float64)
@@ -201,45 +226,69 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     adv, zero_var = group_advantages(credited, cfg.num_generations, cfg.scale_rewards, batch_std=batch_std)
     if cfg.shuffle_rewards:  # logged as the rollouts earned it, so both arms' curves read the same
         zero_var = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards, batch_std=batch_std)[1]
-    device = compute_device(policy)
-    pad = parts.tok.pad_token_id if parts.tok.pad_token_id is not None else 0
-    # the update sees the completions sorted by length, each micro-batch cut to its own widest row
-    order = by_length([len(c.prompt_ids) + len(c.token_ids) for c in comps])
-    ordered = [comps[i] for i in order.tolist()]
-    adv = adv[order]
-    ids, attn, comp = sequences([c.prompt_ids for c in ordered], [c.token_ids for c in ordered], pad, device)
-    truncated = torch.tensor([c.truncated for c in ordered], device=device)
-    mask = apply_truncation_mask(comp, truncated) if cfg.mask_truncated_completions else comp
-    norm = GlobalNorm.from_counts(rt.all_reduce_sum(local_counts(mask)).cpu())
-    t2 = time.perf_counter()
-    batches = micro_batches(len(comps), cfg.micro_batch_size, attn)
-    temp = cfg.sampling.temperature
-    frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=comp, slices=batches,
-                     chunk_tokens=cfg.logprob_chunk, temperature=temp, device=device, pack=cfg.padding_free)
-    old = frozen(policy if cfg.num_iterations > 1 else None)
-    ref = frozen(parts.reference)
-    times["ref_logprobs_s"] = time.perf_counter() - t2
+    adv = adv[batch.order]
+    device, temp = batch.ids.device, cfg.sampling.temperature
 
     def micro_loss(m: int):
-        sl = batches[m]
-        logp, ent = logprobs(policy, ids[sl], attn[sl], comp[sl], chunk_tokens=cfg.logprob_chunk, temperature=temp,
-                             entropy="grad" if cfg.entropy_coef else True, pack=cfg.padding_free)
-        return policy_loss(logp, old[m], ref[m], adv[sl[0]].to(device).float(), mask[sl], epsilon=cfg.epsilon,
-                           epsilon_high=cfg.epsilon_high or cfg.epsilon, beta=cfg.beta, kl=cfg.kl,
-                           loss_type=cfg.loss_type, norm=norm, max_completion_length=cfg.sampling.max_completion_length,
-                           world_size=rt.world_size, entropy=ent, entropy_coef=cfg.entropy_coef)
+        sl = batch.slices[m]
+        logp, ent = logprobs(policy, batch.ids[sl], batch.attn[sl], batch.comp[sl], chunk_tokens=cfg.logprob_chunk,
+                             temperature=temp, entropy="grad" if cfg.entropy_coef else True, pack=cfg.padding_free)
+        return policy_loss(logp, batch.old[m], batch.ref[m], adv[sl[0]].to(device).float(), batch.mask[sl],
+                           epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high or cfg.epsilon, beta=cfg.beta, kl=cfg.kl,
+                           loss_type=cfg.loss_type, norm=batch.norm,
+                           max_completion_length=cfg.sampling.max_completion_length, world_size=rt.world_size,
+                           entropy=ent, entropy_coef=cfg.entropy_coef)
 
     t3 = time.perf_counter()
-    sums, gnorm = policy_update(session, policy, opt, len(batches), micro_loss, iterations=cfg.num_iterations,
+    sums, gnorm = policy_update(session, policy, opt, len(batch.slices), micro_loss, iterations=cfg.num_iterations,
                                 max_grad_norm=cfg.clip_grad)
     parts.sampling.refresh()
     times["update_s"] = time.perf_counter() - t3
     if cfg.log_completions and (step + 1) % cfg.log_completions == 0 and rt.is_main:
         _log_completions(session, step + 1, prompts, comps, per_func, rewards)
-    metrics = _step_metrics(rt, cfg, rewards, zero_var, comps, sums, parts.scorer, times, gnorm, norm)
+    metrics = _step_metrics(rt, cfg, rewards, zero_var, comps, sums, parts.scorer, times, gnorm, batch.norm)
     means = rt.reduce_sums({name: sum(v) for name, v in per_func.items()} | {"refill_rounds": float(rounds)})
     return {**metrics, **{f"rewards/{name}": means[name] / (len(comps) * rt.world_size) for name in per_func},
             "lr": opt.param_groups[0]["lr"], "refill_rounds": means["refill_rounds"] / rt.world_size}
+
+
+@dataclass
+class FrozenBatch:
+    """A step's completions as the update reads them: sorted by length (``order``), padded tensors, micro-batch
+    slices, the step's global token counts, and the log-probs of the old policy and the reference."""
+
+    order: torch.Tensor
+    ids: torch.Tensor
+    attn: torch.Tensor
+    comp: torch.Tensor
+    mask: torch.Tensor
+    norm: GlobalNorm
+    slices: list
+    old: list
+    ref: list
+
+
+def frozen_batch(cfg: GRPOConfig, session, parts: Parts, comps: list, times: dict[str, float]) -> FrozenBatch:
+    """Everything the update needs that no reward decides: it can run while the sandbox still scores ``comps``."""
+    rt, policy = session.rt, parts.policy
+    device = compute_device(policy)
+    pad = parts.tok.pad_token_id if parts.tok.pad_token_id is not None else 0
+    # the update sees the completions sorted by length, each micro-batch cut to its own widest row
+    order = by_length([len(c.prompt_ids) + len(c.token_ids) for c in comps])
+    ordered = [comps[i] for i in order.tolist()]
+    ids, attn, comp = sequences([c.prompt_ids for c in ordered], [c.token_ids for c in ordered], pad, device)
+    truncated = torch.tensor([c.truncated for c in ordered], device=device)
+    mask = apply_truncation_mask(comp, truncated) if cfg.mask_truncated_completions else comp
+    norm = GlobalNorm.from_counts(rt.all_reduce_sum(local_counts(mask)).cpu())
+    t0 = time.perf_counter()
+    slices = micro_batches(len(comps), cfg.micro_batch_size, attn)
+    frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=comp, slices=slices,
+                     chunk_tokens=cfg.logprob_chunk, temperature=cfg.sampling.temperature, device=device,
+                     pack=cfg.padding_free)
+    old = frozen(policy if cfg.num_iterations > 1 else None)
+    ref = frozen(parts.reference)
+    times["ref_logprobs_s"] = time.perf_counter() - t0
+    return FrozenBatch(order, ids, attn, comp, mask, norm, slices, old, ref)
 
 
 def shuffled(rewards: torch.Tensor, seed: int) -> torch.Tensor:
