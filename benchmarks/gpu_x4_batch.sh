@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One 4-GPU device machine used for the open GPU items of issues 29, 30 and 33 at once (2026-11-26): the jobs run
+# One 4-GPU (stages pair*: 2-GPU) device machine used for the open GPU items of issues 29, 30 and 33 at once: the jobs run
 # detached (benchmarks/gpu_jobs.sh) while the next calls carry the Qwen asset piece by piece.
 #   call 1   carry [".whl"]:  bash benchmarks/gpu_x4_batch.sh side      side jobs on GPUs 0-3 (below)
 #   calls 2-9 carry [".asset_qwen/pieceK"] (K = 1..8): bash benchmarks/gpu_grpo_qwen.sh stash K; bash benchmarks/gpu_jobs.sh wait 1
