@@ -27,7 +27,7 @@ if str(SRC) not in sys.path:
 
 import torch  # noqa: E402
 
-from distlab.recipes.lm.attention import GROUPED_SDPA  # noqa: E402
+from distlab.recipes.lm.attention import GROUPED_SDPA, attention_names  # noqa: E402
 from distlab.recipes.lm.chat import render_prompt  # noqa: E402
 from distlab.recipes.lm.generate import BACKENDS, generate  # noqa: E402
 from distlab.recipes.lm.model_source import DEFAULT_SOURCE, load_causal_lm  # noqa: E402
@@ -74,9 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.profile < 0:
         ap.error(f"--profile takes a number of ops, 0 or more (0: no profile), not {args.profile}")
-    from transformers import AttentionInterface
-
-    attentions = (GROUPED_SDPA, "eager", *AttentionInterface._global_mapping)
+    attentions = attention_names()
     for item in (b.strip() for b in args.backends.split(",") if b.strip()):
         name, _, attention = item.partition("@")
         if name not in (*BACKENDS, "static-noshare", "static-compact"):

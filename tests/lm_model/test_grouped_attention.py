@@ -29,7 +29,6 @@ def _record_sdpa(monkeypatch) -> list[tuple[int, int]]:
         return real(q, k, v, *a, **kw)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     return calls
 
 

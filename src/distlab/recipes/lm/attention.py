@@ -15,6 +15,18 @@ import torch
 import torch.nn.functional as F
 
 GROUPED_SDPA = "grouped_sdpa"
+_fallback = None  # transformers' sdpa_attention_forward, bound once by register_grouped_sdpa (not per layer call)
+
+
+def attention_names() -> tuple[str, ...]:
+    """Every ``attn_implementation`` this transformers takes, ``grouped_sdpa`` first: what a setting is checked
+    against before any process starts."""
+    from distlab.optim_state import import_torchao_quietly
+
+    import_torchao_quietly()  # transformers imports it: first, without its error-looking lines
+    from transformers import AttentionInterface
+
+    return (GROUPED_SDPA, "eager", *AttentionInterface._global_mapping)
 
 
 def grouped_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -22,14 +34,11 @@ def grouped_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
                          **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function protocol: ``query [B, H, Q, D]``, ``key/value [B, H_kv, T, D]`` in,
     ``([B, Q, H, D], None)`` out."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     groups = getattr(module, "num_key_value_groups", 1)
     batch, heads, q_len, dim = query.shape
     shared_mask = attention_mask is None or attention_mask.shape[1] == 1
     if groups == 1 or q_len != 1 or not shared_mask or dropout or kwargs.get("position_bias") is not None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return _fallback(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     stacked = query.reshape(batch, heads // groups, groups, dim)  # query head h -> (h // groups, h % groups)
     out = F.scaled_dot_product_attention(stacked, key, value, attn_mask=attention_mask, scale=scaling)
     return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
@@ -38,9 +47,12 @@ def grouped_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
 def register_grouped_sdpa() -> None:
     """Make ``grouped_sdpa`` a name transformers accepts for ``attn_implementation``, with SDPA's masks.
     Idempotent; every loader calls it before a model with that name runs."""
+    global _fallback
     from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
 
+    _fallback = sdpa_attention_forward
     AttentionInterface.register(GROUPED_SDPA, grouped_sdpa_forward)
     if GROUPED_SDPA not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
         AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)

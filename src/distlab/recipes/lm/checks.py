@@ -104,14 +104,10 @@ def check_attention(cfg: Any) -> None:
     on the CPU (a CPU run would fail at its first update): both refused here, before any process starts."""
     import torch
 
-    from distlab.optim_state import import_torchao_quietly
-    from distlab.recipes.lm.attention import GROUPED_SDPA
-
-    import_torchao_quietly()  # transformers imports it: first, without its error-looking lines
-    from transformers import AttentionInterface
+    from distlab.recipes.lm.attention import attention_names
 
     name = cfg.model.attn_implementation
-    known = [GROUPED_SDPA, "eager", *AttentionInterface._global_mapping]
+    known = attention_names()
     if name not in known:
         raise DistlabError(f"model.attn_implementation={name}: not an attention this transformers has; choose one "
                            f"of {', '.join(k for k in known if '|' not in k)}")
