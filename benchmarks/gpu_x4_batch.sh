@@ -22,9 +22,11 @@
 #            cases with grouped_sdpa vs transformers' sdpa vs hf-static on random shapes, GPU 1 TRM's fp16 vs bf16
 #            speed; then GPU 0 the real model's 512 x 512 rollout case and GPU 1 TRL vs distlab, then the GRPO and
 #            control arms of seed 1 (TRAIN_S, default 600 s), each scored on MBPP test and HumanEval.
-#   pair-long / pair-long-arms: the next such session: GPU 0 the SCoRe 3B FSDP2 offload row alone (540 s), GPU 1 the
-#            64-sequence rollout cases with grouped_sdpa; then GPU 1 TRL vs distlab again (the reference pass now
-#            overlaps the sandbox), then seed 2 of the GRPO and control arms.
+#   pair-long / stash-smol / pair-long-arms: the next such session: GPU 0 the SCoRe 3B FSDP2 offload row alone
+#            (540 s), GPU 1 the 64-sequence rollout cases with grouped_sdpa; call 2 stashes SmolLM2's second piece,
+#            calls 3-10 the Qwen pieces; then GPU 1 TRL vs distlab again (the reference pass now overlaps the
+#            sandbox), GPU 0 SmolLM2's GRPO and control arms on the held-out families, then the 1.5B GRPO row with
+#            the reference on the CPU.
 # GPU 0/1: HRM and TRM in bf16 and in fp16 with loss scaling (issue 30 item 1), then the two GRPO arms on Qwen.
 # GPU 2: TRM 380 s budget, seed 2 (issue 33), then TRL vs distlab on Qwen once the asset is joined (issue 29 item 6).
 # GPU 3: the seeds' shapes rows not yet measured (issue 30 item 2), then the depth curriculum in the 380 s budget.
@@ -67,21 +69,34 @@ qwen_arms() {
       SEED=$seed ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh eval $arm \$set; done"
   done
 }
-case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pair-arms | pair-long | pair-long-arms}" in
+case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pair-arms | pair-long | stash-smol | pair-long-arms}" in
   pair-long)
+    # call 1 (carry [".whl", ".asset_smol/piece1"]); call 2 carries .asset_smol/piece2 and runs `stash-smol`
+    stash_asset .asset_smol
     bash $J start offload3b 0 "PICK='score:4' BUDGET=560 CASE_S=540 STEPS=3 EXTRA=sampling.backend=hf \
       bash benchmarks/gpu_lm_shapes.sh score"
     bash $J start rollout-shapes 1 "CASES='8:512 8:256' BACKENDS=static,static@sdpa,hf-static timeout 400 bash \
       benchmarks/gpu_rollout_speed.sh random:qwen2.5-0.5b,random:smollm2-135m"
     bash $J wait 15 ;;
+  stash-smol)
+    stash_asset .asset_smol; bash $J wait 1 ;;
   pair-long-arms)
+    # the last call (carry [".asset_qwen/piece9", ".data"]): TRL vs distlab on GPU 1 once the rollout cases end;
+    # SmolLM2's GRPO and control arms on the held-out families, both on GPU 0 once the offload row ends (equal
+    # steps, so sharing the GPU costs both the same); then the 1.5B GRPO row with the reference on the CPU alone
     join_qwen
     touch "$ASSET.ok"
+    join_asset .asset_smol
     mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
-    bash $J start trl 1 "$(after rollout-shapes) timeout 300 python3 benchmarks/trl_compare.py --model $ASSET \
+    bash $J start trl 1 "$(after rollout-shapes) timeout 300 python3 benchmarks/trl_compare.py --model $QWEN \
       --device cuda --dtype bf16 --steps 8 --warmup-steps 2 --prompts 16 --num-generations 8 --micro-batch 32 \
       --max-completion-length 256 --sandbox-workers 8 --json \$OUT/trl_compare.json"
-    TRAIN_S=${TRAIN_S:-600} qwen_arms 2 0 1 offload3b trl
+    for arm in grpo control; do
+      bash $J start smol-$arm 0 "$(after offload3b) bash benchmarks/gpu_grpo_smol_families.sh train $arm; \
+        bash benchmarks/gpu_grpo_smol_families.sh eval $arm"
+    done
+    bash $J start ref-cpu 1 "$(after trl) $(after smol-grpo) $(after smol-control) PICK='grpo:4' BUDGET=300 \
+      CASE_S=280 STEPS=2 EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   pair)
     # call 1 on a 2-GPU machine (carry [".whl"]): how much grouped_sdpa's decode gains, against hf-static, on the
@@ -194,6 +209,6 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     bash $J start gpu3 3 "$(after shapes) CASES='8:512 64:256 8:256' timeout 400 bash benchmarks/gpu_rollout_speed.sh \
       $ASSET"
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
-  *) echo "stage must be side, arms, score, seeds, shallow, long, long-arms, pair, pair-arms, pair-long or"\
-       "pair-long-arms"; exit 2 ;;
+  *) echo "stage must be side, arms, score, seeds, shallow, long, long-arms, pair, pair-arms, pair-long,"\
+       "stash-smol or pair-long-arms"; exit 2 ;;
 esac
