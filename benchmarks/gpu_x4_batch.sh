@@ -71,7 +71,7 @@ qwen_arms() {
 }
 case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pair-arms | pair-long | stash-smol | pair-long-arms}" in
   pair-long)
-    # call 1 (carry [".whl", ".asset_smol/piece1"]); call 2 carries .asset_smol/piece2 and runs `stash-smol`
+    # call 1 (carry [".whl", ".asset_smol/piece2"]); call 2 carries .asset_smol/piece1 and runs `stash-smol`
     stash_asset .asset_smol
     bash $J start offload3b 0 "PICK='score:4' BUDGET=560 CASE_S=540 STEPS=3 EXTRA=sampling.backend=hf \
       bash benchmarks/gpu_lm_shapes.sh score"
