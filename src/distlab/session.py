@@ -51,13 +51,31 @@ def _on_stop_signal(signum: int, frame: Any) -> None:  # noqa: ARG001
 
 
 def install_stop_handlers() -> None:
-    """Route the stop signals to :func:`_on_stop_signal` (main thread only, as Python requires)."""
+    """Route the stop signals to :func:`_on_stop_signal` (main thread only, as Python requires), and
+    :data:`STACK_SIGNAL` to a dump of every thread's stack."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return
     for sig in STOP_SIGNALS:
         signal.signal(sig, _on_stop_signal)
+    install_stack_dump()
+
+
+# A rank that seems stuck (a step that never logs, a hang in a collective) is asked where it is without stopping it:
+# ``kill -USR2 PID`` prints every thread's Python stack to its stderr. SIGUSR1 is taken (a stop request above).
+STACK_SIGNAL = signal.SIGUSR2
+
+
+def install_stack_dump() -> None:
+    """Route :data:`STACK_SIGNAL` to :mod:`faulthandler`, which writes the stacks from C, even while the main thread
+    is inside a long kernel call, a collective or a lock, where a Python handler would never run."""
+    import faulthandler
+    import sys
+
+    stream = sys.__stderr__  # the process's fd 2: a test's captured sys.stderr has no file descriptor
+    if stream is not None:
+        faulthandler.register(STACK_SIGNAL, file=stream, all_threads=True, chain=False)
 
 
 def stop_signal() -> int | None:

@@ -172,6 +172,19 @@ def test_ctrl_c_single_process_checkpoints_and_resumes(work, ref1):
     assert summary(work / "runs" / name)["param_checksum"] == ref1
 
 
+def test_sigusr2_prints_where_a_rank_is_and_the_run_goes_on(work, ref1):
+    name = "usr2"
+    proc = _start(work, _args(name, "step_delay_s=0.4"))
+    pid = _wait_for_ranks(work / "runs" / name, 1)[0]
+    time.sleep(1.0)
+    os.kill(pid, signal.SIGUSR2)
+    _, err = _finish(proc, 120)
+    assert proc.returncode == 0, err
+    assert "most recent call first" in err and "distlab/" in err.split("most recent call first", 1)[1]
+    s = summary(work / "runs" / name)
+    assert s["status"] != "preempted" and s["step"] == 12 and s["param_checksum"] == ref1
+
+
 # The drills below inject one fault into a 2-rank job, five times each: a drill that passes 3 runs of 5
 # is a failing drill. Each bounds how long the job may take to end and checks that no process is left.
 DRILL_TIMEOUT_S = 5  # dist.timeout_s of the drills (any value > 0 is allowed)
