@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -143,12 +146,11 @@ def run_case(name: str, args: list[str], runs: Path, timeout: float, cap_gib: fl
     else:
         cmd = [sys.executable, "-m", "distlab.cli", *full]
     t0 = time.time()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: " + _last_line(proc.stderr + proc.stdout)
-    except subprocess.TimeoutExpired as exc:  # what it printed last says where it was
-        said = b"".join(x for x in (exc.stderr, exc.stdout) if isinstance(x, bytes)).decode(errors="replace")
-        status = f"timed out after {timeout:.0f} s; last said: " + _last_line(said)
+    returncode, said = run_bounded(cmd, timeout)
+    if returncode is None:  # where it was: the stacks the run printed when asked, else its last line
+        status = f"timed out after {timeout:.0f} s; " + (where_stuck(said) or "last said: " + _last_line(said))
+    else:
+        status = "ok" if returncode == 0 else f"exit {returncode}: " + _last_line(said)
     row = {"case": name, "status": status, "wall_s": round(time.time() - t0, 1), "command": " ".join(full),
            "host_rss_gib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20}
     try:
@@ -157,6 +159,41 @@ def run_case(name: str, args: list[str], runs: Path, timeout: float, cap_gib: fl
         row["status"] += f" (no metrics: {type(exc).__name__})"
     row["estimate_gib"] = estimate(args)
     return row
+
+
+def run_bounded(cmd: list[str], timeout: float, grace_s: float = 5.0) -> tuple[int | None, str]:
+    """``(exit status or None on time-out, everything it printed)``. The case leads its own process group: at the
+    time limit the group is asked for its stacks (SIGUSR2, which distlab ranks answer without stopping), then
+    killed whole, so no child left holding the output pipe (a compile worker, a sandbox) can keep this script
+    waiting past its own budget, as happened on 2026-11-26 with the SCoRe 3B offload case."""
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+            _signal_group(proc.pid, signal.SIGUSR2)
+            time.sleep(grace_s)
+        _signal_group(proc.pid, signal.SIGKILL)  # also whatever a finished case left behind
+        proc.wait()
+        out.seek(0)
+        return code, out.read()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def where_stuck(said: str, frames: int = 3) -> str:
+    """The innermost distlab frames of the first dumped thread that is inside distlab, innermost first."""
+    for block in said.split("most recent call first")[1:]:
+        found = re.findall(r'File "[^"]*/(distlab/[^"]+)", line (\d+) in (\S+)', block.split("\n\n")[0])
+        if found:
+            return "stuck in " + " < ".join(f"{fn} ({path}:{line})" for path, line, fn in found[:frames])
+    return ""
 
 
 def _last_line(text: str) -> str:

@@ -1,0 +1,38 @@
+"""benchmarks/lm_shapes.py's case runner at its time limit: it says where the run was and never waits on a child.
+
+A case that outlives its limit used to end the whole script without a row: the case's process was killed, but a
+process it had started kept the output pipe open, so the script waited until its own budget killed it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import lm_shapes  # noqa: E402
+
+
+def test_time_out_names_the_distlab_frames_and_ends_the_run(tmp_path):
+    cmd = [sys.executable, "-m", "distlab.cli", "train", "toy", "steps=400", "step_delay_s=0.3",
+           f"run.dir={tmp_path}", "run.name=slow", "log.progress=false"]
+    start = time.monotonic()
+    code, said = lm_shapes.run_bounded(cmd, timeout=12, grace_s=3)
+    assert code is None and time.monotonic() - start < 30
+    where = lm_shapes.where_stuck(said)
+    assert where.startswith("stuck in train (distlab/recipes/toy.py:"), said[-2000:]
+    assert "distlab/worker.py" in where
+
+
+def test_a_child_holding_the_output_does_not_hold_the_runner():
+    code = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
+    start = time.monotonic()
+    rc, said = lm_shapes.run_bounded([sys.executable, "-c", code], timeout=2, grace_s=0.5)
+    assert rc is None and time.monotonic() - start < 15
+    assert lm_shapes.where_stuck(said) == ""  # not a distlab process: no stacks, the last line is used instead
+
+
+def test_a_finished_case_reports_its_exit_status():
+    rc, said = lm_shapes.run_bounded([sys.executable, "-c", "print('hello'); raise SystemExit(3)"], timeout=30)
+    assert rc == 3 and "hello" in said
