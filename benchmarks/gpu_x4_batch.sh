@@ -73,9 +73,9 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
   pair-long)
     # call 1 (carry [".whl", ".asset_smol/piece2"]); call 2 carries .asset_smol/piece1 and runs `stash-smol`
     stash_asset .asset_smol
-    bash $J start offload3b 0 "PICK='score:4' BUDGET=560 CASE_S=540 STEPS=3 EXTRA=sampling.backend=hf \
+    bash $J start offload3b 0 "PICK='score:6,4' BUDGET=580 CASE_S=270 STEPS=2 EXTRA=sampling.backend=hf \
       bash benchmarks/gpu_lm_shapes.sh score"
-    bash $J start rollout-shapes 1 "CASES='8:512 8:256' BACKENDS=static,static@sdpa,hf-static timeout 400 bash \
+    bash $J start rollout-shapes 1 "CASES='8:256' BACKENDS=static,static@sdpa,hf-static timeout 400 bash \
       benchmarks/gpu_rollout_speed.sh random:qwen2.5-0.5b,random:smollm2-135m"
     bash $J wait 15 ;;
   stash-smol)
@@ -88,7 +88,7 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     touch "$ASSET.ok"
     join_asset .asset_smol
     mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
-    bash $J start trl 1 "$(after rollout-shapes) timeout 300 python3 benchmarks/trl_compare.py --model $QWEN \
+    bash $J start trl 1 "$(after rollout-shapes) timeout 420 python3 benchmarks/trl_compare.py --model $QWEN \
       --device cuda --dtype bf16 --steps 8 --warmup-steps 2 --prompts 16 --num-generations 8 --micro-batch 32 \
       --max-completion-length 256 --sandbox-workers 8 --json \$OUT/trl_compare.json"
     for arm in grpo control; do

@@ -65,6 +65,11 @@ SCORE_CASES = [
                                                     "models.reference.placement=offload",
                                                     "models.target_critic.placement=cpu",
                                                     "models.guidance.placement=cpu", "@cap"]),
+    # the offload row with fp32 moments: on the host they cost host memory only, and int8's compiled step runs there
+    ("budget + FSDP2 CPU offload, fp32 states, cap 44.5 GiB", ["dist.activation_checkpointing=blocks",
+                                                              "models.reference.placement=offload",
+                                                              "models.target_critic.placement=cpu", "dist.wrap=fsdp",
+                                                              "dist.cpu_offload=true", "@cap"]),
 ]
 PRECISION_CASES = [  # issue 30 item 1: the same GRPO step with bf16 and with fp16 autocast (loss scaling)
     ("bf16", ["models.policy.dtype=bf16"]),
