@@ -36,7 +36,7 @@ else
   source benchmarks/device_setup.sh
   if [ "$STAGE" = train ]; then join_asset .asset_smol; else ASSET=/tmp/asset/SmolLM2-135M-Instruct.Q4_1.gguf; fi
   MODEL="model.source=$ASSET model.prompt_mode=chat"
-  SIZE="steps=${STEPS:-120} prompts_per_step=16 num_generations=8 micro_batch_size=32 sampling.max_completion_length=160"
+  SIZE="steps=${STEPS:-100} prompts_per_step=16 num_generations=8 micro_batch_size=32 sampling.max_completion_length=160"
   DEVICE="dist.precision=bf16 models.policy.dtype=bf16 models.reference.dtype=bf16 sandbox.workers=${WORKERS:-7}"
   LAUNCH="--gpus 1"; RUNS=/tmp/runs
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
