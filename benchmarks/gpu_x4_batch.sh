@@ -23,7 +23,8 @@
 #            speed; then GPU 0 the real model's 512 x 512 rollout case and GPU 1 TRL vs distlab, then the GRPO and
 #            control arms of seed 1 (TRAIN_S, default 600 s), each scored on MBPP test and HumanEval.
 #   pair-long / stash-smol / pair-long-arms: the next such session: GPU 0 the SCoRe 3B FSDP2 offload row alone
-#            (540 s), GPU 1 the 64-sequence rollout cases with grouped_sdpa; call 2 stashes SmolLM2's second piece,
+#            (fp32 states, then int8; 270 s each), GPU 1 the 64 x 256 rollout cases with grouped_sdpa; call 2 stashes
+#            SmolLM2's other piece,
 #            calls 3-10 the Qwen pieces; then GPU 1 TRL vs distlab again (the reference pass now overlaps the
 #            sandbox), GPU 0 SmolLM2's GRPO and control arms on the held-out families, then the 1.5B GRPO row with
 #            the reference on the CPU.
