@@ -82,14 +82,16 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
   stash-smol)
     stash_asset .asset_smol; bash $J wait 1 ;;
   pair-long-arms)
-    # the last call (carry [".asset_qwen/piece9", ".data"]): TRL vs distlab on GPU 1 once the rollout cases end;
+    # the last call (carry [".asset_qwen/piece9", ".data"]): TRL vs distlab on GPU 1 once the rollout cases and the
+    # offload row end;
     # SmolLM2's GRPO and control arms on the held-out families, both on GPU 0 once the offload row ends (equal
     # steps, so sharing the GPU costs both the same); then the 1.5B GRPO row with the reference on the CPU alone
     join_qwen
     touch "$ASSET.ok"
     join_asset .asset_smol
     mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
-    bash $J start trl 1 "$(after rollout-shapes) timeout 420 python3 benchmarks/trl_compare.py --model $QWEN \
+    # TRL waits for the offload row too: beside it, the host converted the GGUF so slowly that TRL's side timed out
+    bash $J start trl 1 "$(after rollout-shapes) $(after offload3b) timeout 420 python3 benchmarks/trl_compare.py --model $QWEN \
       --device cuda --dtype bf16 --steps 8 --warmup-steps 2 --prompts 16 --num-generations 8 --micro-batch 32 \
       --max-completion-length 256 --sandbox-workers 8 --json \$OUT/trl_compare.json"
     for arm in grpo control; do
