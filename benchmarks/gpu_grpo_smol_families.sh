@@ -31,7 +31,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
   MODEL="model.source=tiny:llama-2l model.prompt_mode=text"
   SIZE="steps=2 prompts_per_step=2 num_generations=4 micro_batch_size=8 sampling.max_completion_length=16"
   DEVICE="dist.precision=fp32 models.policy.dtype=fp32 models.reference.dtype=fp32 sandbox.workers=2"
-  EVAL_N=${EVAL_N:-12}; EVAL_EVERY=1; LAUNCH="--procs 1"; RUNS=/tmp/smol_smoke_runs
+  EVAL_N=${EVAL_N:-12}; EVAL_EVERY=1; LAUNCH="--procs 1"; RUNS=${RUNS:-/tmp/smol_smoke_runs}
 else
   source benchmarks/device_setup.sh
   if [ "$STAGE" = train ]; then join_asset .asset_smol; else ASSET=/tmp/asset/SmolLM2-135M-Instruct.Q4_1.gguf; fi
