@@ -48,7 +48,8 @@ def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_b
     is inf/NaN is skipped in every precision (the weights stay as they were; warned, naming ``name``, and counted
     in ``amp/skipped_steps``); its norm comes back as NaN.
     """
-    sums: dict[str, float] = {}
+    # summed where they are (reading a GPU tensor waits for the GPU): the host reads them once, after every step
+    device_sums: dict[str, torch.Tensor | float] = {}
     gnorm = 0.0
     amp = MixedPrecision.of(session)
     for _ in range(iterations):
@@ -59,14 +60,15 @@ def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_b
             finite.append(torch.isfinite(loss.detach()).all())
             amp.backward(loss)
             for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
+                value = value.detach() if isinstance(value, torch.Tensor) else value
+                device_sums[key] = device_sums[key] + value if key in device_sums else value
         norm = amp.step(opt, model, max_grad_norm, check_finite=True)
         gnorm = float("nan") if norm is None else float(norm)  # NaN: the step was skipped (inf/NaN gradients)
         if norm is None and not amp.enabled:
             log.warning("the %s update's gradient norm is inf/NaN: optimizer step skipped, weights unchanged "
                         "(%d skipped so far); %s", name, amp.skipped_steps, nonfinite_origin(model, finite))
         opt.zero_grad(set_to_none=True)
-    return sums, gnorm
+    return {key: float(value) for key, value in device_sums.items()}, gnorm
 
 
 def nonfinite_origin(model: nn.Module, finite_losses: list[torch.Tensor], shown: int = 3) -> str:
