@@ -74,7 +74,7 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
   pair-long)
     # call 1 (carry [".whl", ".asset_smol/piece2"]); call 2 carries .asset_smol/piece1 and runs `stash-smol`
     stash_asset .asset_smol
-    bash $J start offload3b 0 "PICK='score:6,4' BUDGET=580 CASE_S=270 STEPS=2 EXTRA=sampling.backend=hf \
+    bash $J start offload3b 0 "PICK='score:6,4' BUDGET=620 CASE_S=270 STEPS=2 EXTRA=sampling.backend=hf \
       bash benchmarks/gpu_lm_shapes.sh score"
     bash $J start rollout-shapes 1 "CASES='8:256' BACKENDS=static,static@sdpa,hf-static timeout 400 bash \
       benchmarks/gpu_rollout_speed.sh random:qwen2.5-0.5b,random:smollm2-135m"
