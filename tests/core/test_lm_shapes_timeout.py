@@ -26,13 +26,23 @@ def test_time_out_names_the_distlab_frames_and_ends_the_run(tmp_path):
 
 
 def test_a_child_holding_the_output_does_not_hold_the_runner():
-    code = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
+    code = "import subprocess, time; subprocess.Popen(['sleep', '317']); time.sleep(300)"
     start = time.monotonic()
     rc, said = lm_shapes.run_bounded([sys.executable, "-c", code], timeout=2, grace_s=0.5)
     assert rc is None and time.monotonic() - start < 15
+    time.sleep(0.5)
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 317"]
+    assert not left, "the case's child outlived it"
     assert lm_shapes.where_stuck(said) == ""  # not a distlab process: no stacks, the last line is used instead
 
 
 def test_a_finished_case_reports_its_exit_status():
     rc, said = lm_shapes.run_bounded([sys.executable, "-c", "print('hello'); raise SystemExit(3)"], timeout=30)
     assert rc == 3 and "hello" in said
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
