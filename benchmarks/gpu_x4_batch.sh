@@ -28,6 +28,9 @@
 #            calls 3-10 the Qwen pieces; then GPU 1 TRL vs distlab again (the reference pass now overlaps the
 #            sandbox), GPU 0 SmolLM2's GRPO and control arms on the held-out families, then the 1.5B GRPO row with
 #            the reference on the CPU.
+#   pair-smol / pair-smol-arms: calls 1 and 2 of a 2-GPU session without the Qwen asset: GPU 0 the SCoRe 3B offload
+#            rows, then the 1.5B reference-on-CPU row; GPU 1 SmolLM2's GRPO and control arms, then the 64 x 256
+#            rollout cases; then `bash benchmarks/gpu_jobs.sh wait 500` calls back to back.
 # GPU 0/1: HRM and TRM in bf16 and in fp16 with loss scaling (issue 30 item 1), then the two GRPO arms on Qwen.
 # GPU 2: TRM 380 s budget, seed 2 (issue 33), then TRL vs distlab on Qwen once the asset is joined (issue 29 item 6).
 # GPU 3: the seeds' shapes rows not yet measured (issue 30 item 2), then the depth curriculum in the 380 s budget.
@@ -70,7 +73,7 @@ qwen_arms() {
       SEED=$seed ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh eval $arm \$set; done"
   done
 }
-case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pair-arms | pair-long | stash-smol | pair-long-arms}" in
+case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pair-arms | pair-long | stash-smol | pair-long-arms | pair-smol | pair-smol-arms}" in
   pair-long)
     # call 1 (carry [".whl", ".asset_smol/piece2"]); call 2 carries .asset_smol/piece1 and runs `stash-smol`
     stash_asset .asset_smol
@@ -79,6 +82,28 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     bash $J start rollout-shapes 1 "CASES='8:256' BACKENDS=static,static@sdpa,hf-static timeout 400 bash \
       benchmarks/gpu_rollout_speed.sh random:qwen2.5-0.5b,random:smollm2-135m"
     bash $J wait 15 ;;
+  pair-smol)
+    # call 1 of a 2-GPU session whose main job is SmolLM2's GRPO arm (carry [".whl", ".asset_smol/piece2"]): GPU 0
+    # the SCoRe 3B FSDP2 offload row alone (fp32 states, then int8), then the 1.5B GRPO row with the reference on
+    # the CPU; call 2 is `pair-smol-arms`
+    stash_asset .asset_smol
+    bash $J start offload3b 0 "PICK='score:6,4' BUDGET=620 CASE_S=270 STEPS=2 EXTRA=sampling.backend=hf \
+      bash benchmarks/gpu_lm_shapes.sh score"
+    bash $J start ref-cpu 0 "$(after offload3b) PICK='grpo:4' BUDGET=300 CASE_S=280 STEPS=2 \
+      EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
+    bash $J wait 1 ;;
+  pair-smol-arms)
+    # call 2 (carry [".asset_smol/piece1"]): SmolLM2's GRPO and control arms together on GPU 1 (equal steps, so
+    # sharing the GPU costs both the same), then the 64 x 256 rollout cases alone on GPU 1; then `wait` calls
+    join_asset .asset_smol
+    for arm in grpo control; do
+      bash $J start smol-$arm 1 "bash benchmarks/gpu_grpo_smol_families.sh train $arm; \
+        bash benchmarks/gpu_grpo_smol_families.sh eval $arm"
+    done
+    bash $J start rollout-shapes 1 "$(after smol-grpo) $(after smol-control) CASES='8:256' \
+      BACKENDS=static,static@sdpa,hf-static timeout 400 bash benchmarks/gpu_rollout_speed.sh \
+      random:qwen2.5-0.5b,random:smollm2-135m"
+    bash $J wait "${WAIT_S:-400}" ;;
   stash-smol)
     stash_asset .asset_smol; bash $J wait 1 ;;
   pair-long-arms)
