@@ -31,6 +31,8 @@
 #   pair-smol / pair-smol-arms: calls 1 and 2 of a 2-GPU session without the Qwen asset: GPU 0 the SCoRe 3B offload
 #            rows, then the 1.5B reference-on-CPU row; GPU 1 SmolLM2's GRPO and control arms, then the 64 x 256
 #            rollout cases; then `bash benchmarks/gpu_jobs.sh wait 500` calls back to back.
+#   offload-check / smol-seed: the same two calls for the doctor's offload term on another shape and a second seed
+#            of SmolLM2's arms (SEED=1).
 # GPU 0/1: HRM and TRM in bf16 and in fp16 with loss scaling (issue 30 item 1), then the two GRPO arms on Qwen.
 # GPU 2: TRM 380 s budget, seed 2 (issue 33), then TRL vs distlab on Qwen once the asset is joined (issue 29 item 6).
 # GPU 3: the seeds' shapes rows not yet measured (issue 30 item 2), then the depth curriculum in the 380 s budget.
@@ -73,7 +75,7 @@ qwen_arms() {
       SEED=$seed ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh eval $arm \$set; done"
   done
 }
-case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pair-arms | pair-long | stash-smol | pair-long-arms | pair-smol | pair-smol-arms}" in
+case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pair-arms | pair-long | stash-smol | pair-long-arms | pair-smol | pair-smol-arms | offload-check | smol-seed}" in
   pair-long)
     # call 1 (carry [".whl", ".asset_smol/piece2"]); call 2 carries .asset_smol/piece1 and runs `stash-smol`
     stash_asset .asset_smol
@@ -104,6 +106,21 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
       BACKENDS=static,static@sdpa,hf-static timeout 400 bash benchmarks/gpu_rollout_speed.sh \
       random:qwen2.5-0.5b,random:smollm2-135m"
     bash $J wait "${WAIT_S:-400}" ;;
+  offload-check)
+    # call 1 of a short 2-GPU session (carry [".whl", ".asset_smol/piece2"]): GPU 0 the doctor's FSDP2 offload term
+    # checked on the GRPO 1.5B shape (grpo:8), then the SCoRe 3B fp32-state offload row again (score:6)
+    stash_asset .asset_smol
+    bash $J start offload-check 0 "PICK='grpo:8;score:6' BUDGET=${OFFLOAD_S:-500} CASE_S=230 STEPS=2 \
+      EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo,score"
+    bash $J wait 1 ;;
+  smol-seed)
+    # call 2 (carry [".asset_smol/piece1"]): SmolLM2's GRPO and control arms again with run.seed=$SEED on GPU 1
+    join_asset .asset_smol
+    for arm in grpo control; do
+      bash $J start smol-$arm-seed${SEED:?SEED} 1 "SEED=$SEED bash benchmarks/gpu_grpo_smol_families.sh train $arm; \
+        SEED=$SEED bash benchmarks/gpu_grpo_smol_families.sh eval $arm"
+    done
+    bash $J wait "${WAIT_S:-300}" ;;
   stash-smol)
     stash_asset .asset_smol; bash $J wait 1 ;;
   pair-long-arms)

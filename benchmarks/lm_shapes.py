@@ -44,6 +44,10 @@ GRPO_CASES = [
     ("AC + int8 + reference=offload, cap 44.5 GiB", ["dist.activation_checkpointing=blocks",
                                                      "optim.state_dtype=int8", "models.reference.placement=offload",
                                                      "@cap"]),
+    # the doctor's FSDP2 offload term, fitted to the SCoRe 3B row, checked on another shape (case 8)
+    ("AC + FSDP2 CPU offload, reference=offload, cap 44.5 GiB", ["dist.activation_checkpointing=blocks",
+                                                                 "models.reference.placement=offload",
+                                                                 "dist.wrap=fsdp", "dist.cpu_offload=true", "@cap"]),
 ]
 SCORE = ["train", "score", "model.source=random:llama-3.2-3b", "model.prompt_mode=text", "prompts_per_step=4",
          "num_generations=4", "micro_batch_size=4", "sampling.max_completion_length=128", "hint_max_tokens=32",

@@ -25,7 +25,7 @@ from functools import partial
 import torch
 
 from distlab.checkpoint import Box
-from distlab.dist import full_state_dict, module_checksum
+from distlab.dist import full_state_dict
 from distlab.logs import peak_memory
 from distlab.optim_state import adamw
 from distlab.placement import DTYPES, compute_device
@@ -98,7 +98,8 @@ def train(cfg: ScoreConfig, session) -> dict:
     status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("acc_t1", "acc_t2"))
     result = {"status": status, "step": step, "train": last, "world_size": rt.world_size,
               "feedback": feedback_label(cfg), "schedule": schedule.state_dict(),
-              "param_checksum": module_checksum(unwrap(m.policy)), "param_checksums": checksums(m, cfg)}
+              "param_checksums": checksums(m, cfg)}
+    result["param_checksum"] = result["param_checksums"]["policy"]
     if status == "completed":
         result["eval"] = _with_comparison(evaluate(step, "eval"), start_eval.value)
     scorer.close()
