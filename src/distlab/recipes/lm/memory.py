@@ -65,15 +65,15 @@ def _home(cfg: Any, name: str) -> str:
     return settings.placement
 
 
-def _offloaded_on_gpu(cfg: Any, name: str, s: dict[str, int], trainable: int, act_width: int) -> int:
+def _offloaded_on_gpu(cfg: Any, name: str, s: dict[str, int], trainable: int, act_width: int, held: int) -> int:
     """What a trained model under FSDP2's CPU offload still holds on the GPU during its forward: autocast's cast of
     every fp32 trained weight (kept until the forward's autocast region ends) and the root unit (embeddings, final
-    norm, head: everything outside the blocks), which FSDP2 keeps unsharded, in fp32, from forward to backward.
+    norm, head: everything outside the blocks), which FSDP2 keeps unsharded at its held width from forward to backward.
     Counting none of it put the SCoRe 3B offload row's estimate 43% under its measured peak (H200, 2026-11-26)."""
     if _home(cfg, name) != "offload":
         return 0
     cast = trainable * act_width if act_width < 4 else 0
-    return cast + s["root"] * 4
+    return cast + s["root"] * held
 
 
 def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
@@ -91,6 +91,8 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
         wrap = wrap_of(settings, cfg.dist)
         trainable = 0
         act = 0
+        # weights that train stay fp32 whatever models.<name>.dtype says (placement.keep_trained_weights_fp32)
+        held = 4 if settings.trainable and cfg.model.lora_r <= 0 else width
         if settings.trainable:
             trainable = cfg.model.lora_r * s["lora_unit"] if cfg.model.lora_r > 0 else s["params"]
             kv = 2 * s["layers"] * s["kv_width"] * seq * width
@@ -99,10 +101,8 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
             train_act = per_layer * s["layers"] * act_width * cfg.micro_batch_size
             logits = min(cfg.logprob_chunk, seq) * s["vocab"] * 4 * 3
             # per rollout: its KV cache during sampling, plus its share of one micro-batch and one logits chunk
-            act = kv + (train_act + logits + _offloaded_on_gpu(cfg, name, s, trainable, act_width)) // rollouts
+            act = kv + (train_act + logits + _offloaded_on_gpu(cfg, name, s, trainable, act_width, held)) // rollouts
         batch = rollouts if settings.trainable else 1
-        # weights that train stay fp32 whatever models.<name>.dtype says (placement.keep_trained_weights_fp32)
-        held = 4 if settings.trainable and cfg.model.lora_r <= 0 else width
         specs.append(ModelSpec(name, s["params"], trainable_params=trainable, activation_bytes_per_example=act,
                                batch_per_device=batch, param_dtype_bytes=held,
                                optimizer="adamw" if trainable else "none",
