@@ -97,6 +97,8 @@ def measure(run_dir: Path) -> dict:
         values = [r[key] for r in steady if key in r]
         if values:
             out[key] = sum(values) / len(values)
+    for key in sorted({k for r in train for k in r if k.startswith("peak_gib_after/")}):  # per step: which phase
+        out[key] = [round(r[key], 3) for r in train if key in r]                       # set the peak
     for key in ("grad_norm", "kl", "entropy", "amp/skipped_steps"):
         if train and key in train[-1]:
             out[key] = train[-1][key]

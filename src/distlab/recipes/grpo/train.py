@@ -22,7 +22,7 @@ from torch import nn
 
 from distlab.checkpoint import Box
 from distlab.dist import module_checksum
-from distlab.logs import peak_memory
+from distlab.logs import mark_peak, peak_memory
 from distlab.lr_schedule import lr_factor
 from distlab.optim_state import adamw
 from distlab.placement import DTYPES, compute_device
@@ -206,6 +206,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
         g["lr"] = cfg.lr * lr_factor(step, cfg.warmup_steps, cfg.steps, cfg.lr_scheduler_type.value)
     times: dict[str, float] = {}
     ro = start_rollouts(cfg, parts, local, rollout_seed(cfg.run.seed, step, rt.rank), times)
+    mark_peak(rt, "generate", times)
     rounds = 0
     if cfg.dynamic_sampling:  # which groups train depends on their rewards: wait for them first
         groups, rounds = refill(cfg, session, parts, scored_groups(cfg, parts, ro, times), tasks, step, times)
@@ -215,6 +216,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
         comps = ro.comps
         batch = frozen_batch(cfg, session, parts, comps, times)
         groups = scored_groups(cfg, parts, ro, times)
+    mark_peak(rt, "ref", times)
     prompts = [grp.prompt for grp in groups for _ in grp.comps]
     per_func = {k: [v for grp in groups for v in grp.values[k]] for k in groups[0].values} if groups else {}
     rewards = torch.tensor([r for grp in groups for r in grp.total], dtype=torch.float64)
@@ -244,6 +246,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
                                 max_grad_norm=cfg.clip_grad)
     parts.sampling.refresh()
     times["update_s"] = time.perf_counter() - t3
+    mark_peak(rt, "update", times)
     if cfg.log_completions and (step + 1) % cfg.log_completions == 0 and rt.is_main:
         _log_completions(session, step + 1, prompts, comps, per_func, rewards)
     metrics = _step_metrics(rt, cfg, rewards, zero_var, comps, sums, parts.scorer, times, gnorm, batch.norm)

@@ -26,7 +26,7 @@ import torch
 
 from distlab.checkpoint import Box
 from distlab.dist import full_state_dict
-from distlab.logs import peak_memory
+from distlab.logs import mark_peak, peak_memory
 from distlab.optim_state import adamw
 from distlab.placement import DTYPES, compute_device
 from distlab.recipes.lm.batching import micro_batches, sequences
@@ -188,6 +188,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
                     hint_temperature=cfg.hint_temperature, seed=rollout_seed(cfg.run.seed, step, rt.rank),
                     no_hint=False, fixed=True)  # the no-hint turn 2 is an evaluation diagnostic, not training compute
     times["rollout_s"] = time.perf_counter() - t0
+    mark_peak(rt, "rollout", times)
     # ALGO LOGIC: turn rewards of this stage, then per-turn advantages
     device = compute_device(m.policy)
     pad = m.tok.pad_token_id if m.tok.pad_token_id is not None else 0
@@ -210,6 +211,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     old = frozen(m.policy if cfg.num_iterations > 1 else None)
     ref = frozen(m.reference)
     times["ref_logprobs_s"] = time.perf_counter() - t2
+    mark_peak(rt, "ref", times)
 
     def micro_loss(k: int):
         sl = batches[k]
@@ -222,6 +224,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     sums, gnorm = policy_update(session, m.policy, opts["policy"], len(batches), micro_loss,
                                 iterations=cfg.num_iterations, max_grad_norm=cfg.clip_grad)
     times["update_s"] = time.perf_counter() - t3
+    mark_peak(rt, "update", times)
     if cfg.guidance == "trained" and (step + 1) % cfg.guidance_every == 0:
         t4 = time.perf_counter()
         extra.update(_guidance_update(cfg, session, m, opts["guidance"], episodes))
