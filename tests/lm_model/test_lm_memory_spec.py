@@ -36,8 +36,12 @@ def test_a_narrow_policy_dtype_adds_its_sampling_copy_and_keeps_activations_in_t
     assert "policy (sampling copy)" not in plain  # fp32 weights are sampled from directly
     copy = narrow["policy (sampling copy)"]
     assert copy.param_dtype_bytes == 2 and copy.trainable_params == 0 and copy.params == plain["policy"].params
-    # the training activations are bf16 either way; only the rollout KV cache narrows with the copy's dtype
-    assert narrow["policy"].activation_bytes_per_example < plain["policy"].activation_bytes_per_example
+    # the training activations are bf16 either way; only the rollout KV cache narrows with the copy's dtype, which
+    # shows where the rollouts' phase is the larger (many rollouts, each with a small share of a micro-batch)
+    assert narrow["policy"].activation_bytes_per_example == plain["policy"].activation_bytes_per_example
+    many = ("prompts_per_step=64", "micro_batch_size=4")
+    assert (_policy("dist.precision=bf16", "models.policy.dtype=bf16", *many).activation_bytes_per_example
+            < _policy("dist.precision=bf16", *many).activation_bytes_per_example)
     fp32 = {s.name: s for s in _specs("dist.precision=fp32")}
     assert fp32["policy"].activation_bytes_per_example > plain["policy"].activation_bytes_per_example
     assert "policy (sampling copy)" not in {s.name for s in _specs("models.policy.dtype=bf16",
@@ -55,7 +59,8 @@ def test_an_fsdp2_offloaded_policy_counts_its_autocast_casts_and_root_unit_on_th
     for precision, cast_bytes in (("bf16", 2), ("fp32", 0)):  # fp32 runs no autocast, so nothing is cast
         sharded = _policy(f"dist.precision={precision}", "models.policy.wrap=fsdp")
         offloaded = _policy(f"dist.precision={precision}", "models.policy.wrap=fsdp", "dist.cpu_offload=true")
-        grown = (offloaded.activation_bytes_per_example - sharded.activation_bytes_per_example) * offloaded.batch_per_device
+        grown = ((offloaded.activation_bytes_per_example - sharded.activation_bytes_per_example)
+                 * offloaded.batch_per_device)
         expected = s["params"] * cast_bytes + s["root"] * 4
         assert abs(grown - expected) <= offloaded.batch_per_device  # per-rollout integer division
     lora = _policy("dist.precision=bf16", "models.policy.wrap=fsdp", "dist.cpu_offload=true", "model.lora_r=8")
@@ -64,6 +69,16 @@ def test_an_fsdp2_offloaded_policy_counts_its_autocast_casts_and_root_unit_on_th
     assert abs(grown - (lora.trainable_params * 2 + s["root"] * 4)) <= lora.batch_per_device  # only adapters train
     narrow = _policy("dist.precision=bf16", "models.policy.wrap=fsdp", "dist.cpu_offload=true", "model.lora_r=8",
                      "models.policy.dtype=bf16")  # a frozen bf16 base: its root unit is bf16 too
-    narrow_sharded = _policy("dist.precision=bf16", "models.policy.wrap=fsdp", "model.lora_r=8", "models.policy.dtype=bf16")
+    narrow_sharded = _policy("dist.precision=bf16", "models.policy.wrap=fsdp", "model.lora_r=8",
+                             "models.policy.dtype=bf16")
     grown = (narrow.activation_bytes_per_example - narrow_sharded.activation_bytes_per_example) * narrow.batch_per_device
     assert abs(grown - (narrow.trainable_params * 2 + s["root"] * 2)) <= narrow.batch_per_device
+
+
+def test_the_rollouts_kv_cache_and_the_updates_activations_never_coexist_so_the_larger_counts():
+    """Measured on an H200 (docs/benchmarks.md, 2026-11-26): the GRPO 1.5B offload step's peak was set while
+    sampling and did not rise in the update; adding the two phases had put its estimate 20% over the peak."""
+    kv_bound = [_policy("dist.precision=bf16", "prompts_per_step=64", f"micro_batch_size={mb}") for mb in (2, 4)]
+    assert kv_bound[0].activation_bytes_per_example == kv_bound[1].activation_bytes_per_example  # KV is larger
+    update_bound = [_policy("dist.precision=bf16", f"micro_batch_size={mb}") for mb in (4, 8)]
+    assert update_bound[0].activation_bytes_per_example < update_bound[1].activation_bytes_per_example

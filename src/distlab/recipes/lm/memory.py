@@ -1,8 +1,9 @@
 """Memory model of an LM recipe's placed models, for ``distlab doctor --recipe grpo|score``.
 
 Parameters are counted on the ``meta`` device from the model's config (nothing is loaded or
-dequantised); activations are the rollout KV cache plus the training micro-batch's activations and
-one chunk of fp32 logits. It is arithmetic a reader can redo, and a lower bound.
+dequantised); activations are the larger of the rollouts' KV cache and the training micro-batch's
+activations with one chunk of fp32 logits (sampling and the update never hold memory at once). It is
+arithmetic a reader can redo, and a lower bound.
 """
 
 from __future__ import annotations
@@ -66,10 +67,11 @@ def _home(cfg: Any, name: str) -> str:
 
 
 def _offloaded_on_gpu(cfg: Any, name: str, s: dict[str, int], trainable: int, act_width: int, held: int) -> int:
-    """What a trained model under FSDP2's CPU offload still holds on the GPU during its forward: autocast's cast of
-    every fp32 trained weight (kept until the forward's autocast region ends) and the root unit (embeddings, final
-    norm, head: everything outside the blocks), which FSDP2 keeps unsharded at its held width from forward to backward.
-    Counting none of it put the SCoRe 3B offload row's estimate 43% under its measured peak (H200, 2026-11-26)."""
+    """What a trained model under FSDP2's CPU offload still holds on the GPU while it samples and in its forward:
+    autocast's cast of every fp32 trained weight (kept until the autocast region ends) and the root unit
+    (embeddings, final norm, head: everything outside the blocks), which FSDP2 keeps unsharded at its held width.
+    Counting none of it put the SCoRe 3B offload row's estimate 43% under its measured peak (H200, 2026-11-26);
+    both measured offload peaks were set while sampling."""
     if _home(cfg, name) != "offload":
         return 0
     cast = trainable * act_width if act_width < 4 else 0
@@ -100,8 +102,10 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
             per_layer = s["hidden"] * seq * (2 if recompute else 34)
             train_act = per_layer * s["layers"] * act_width * cfg.micro_batch_size
             logits = min(cfg.logprob_chunk, seq) * s["vocab"] * 4 * 3
-            # per rollout: its KV cache during sampling, plus its share of one micro-batch and one logits chunk
-            act = kv + (train_act + logits + _offloaded_on_gpu(cfg, name, s, trainable, act_width, held)) // rollouts
+            # per rollout: its KV cache while sampling or its share of one micro-batch and one logits chunk in the
+            # update, whichever is larger (the two phases never hold memory at once), plus what offload keeps
+            offloaded = _offloaded_on_gpu(cfg, name, s, trainable, act_width, held)
+            act = max(kv, (train_act + logits) // rollouts) + offloaded // rollouts
         batch = rollouts if settings.trainable else 1
         specs.append(ModelSpec(name, s["params"], trainable_params=trainable, activation_bytes_per_example=act,
                                batch_per_device=batch, param_dtype_bytes=held,
