@@ -117,7 +117,7 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     # call 2 (carry [".asset_smol/piece1"]): SmolLM2's GRPO and control arms again with run.seed=$SEED on GPU 1
     join_asset .asset_smol
     for arm in grpo control; do
-      bash $J start smol-$arm-seed${SEED:?SEED} 1 "SEED=$SEED bash benchmarks/gpu_grpo_smol_families.sh train $arm; \
+      bash $J start smol-$arm-seed${SEED:?set SEED=N, the run.seed of this pair of arms} 1 "SEED=$SEED bash benchmarks/gpu_grpo_smol_families.sh train $arm; \
         SEED=$SEED bash benchmarks/gpu_grpo_smol_families.sh eval $arm"
     done
     bash $J wait "${WAIT_S:-300}" ;;
@@ -255,5 +255,5 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
       $ASSET"
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   *) echo "stage must be side, arms, score, seeds, shallow, long, long-arms, pair, pair-arms, pair-long,"\
-       "stash-smol or pair-long-arms"; exit 2 ;;
+       "stash-smol, pair-long-arms, pair-smol, pair-smol-arms, offload-check or smol-seed"; exit 2 ;;
 esac
