@@ -1,9 +1,9 @@
 """Memory model of an LM recipe's placed models, for ``distlab doctor --recipe grpo|score``.
 
 Parameters are counted on the ``meta`` device from the model's config (nothing is loaded or
-dequantised); activations are the larger of the rollouts' KV cache and the training micro-batch's
-activations with one chunk of fp32 logits (sampling and the update never hold memory at once). It is
-arithmetic a reader can redo, and a lower bound.
+dequantised); activations are the rollouts' KV cache and the training micro-batch's activations with
+one chunk of fp32 logits: their sum where the sampler keeps its cache for the run, the larger where
+transformers' generate frees it after each call. It is arithmetic a reader can redo, and a lower bound.
 """
 
 from __future__ import annotations
@@ -78,6 +78,13 @@ def _offloaded_on_gpu(cfg: Any, name: str, s: dict[str, int], trainable: int, ac
     return cast + s["root"] * held
 
 
+def _frees_its_cache(cfg: Any) -> bool:
+    """Whether sampling's KV cache is gone before the update: ``sampling.backend=hf`` (a DynamicCache per
+    ``generate`` call). Every measured GRPO and SCoRe peak used it (docs/benchmarks.md); the offloaded ones were
+    set while sampling and did not rise in the update."""
+    return str(getattr(cfg.sampling.backend, "value", cfg.sampling.backend)) == "hf"
+
+
 def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
     """One spec per placed model; the trained policy also carries the rollouts' KV cache and activations."""
     s = shape(cfg.model.source)
@@ -102,10 +109,12 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
             per_layer = s["hidden"] * seq * (2 if recompute else 34)
             train_act = per_layer * s["layers"] * act_width * cfg.micro_batch_size
             logits = min(cfg.logprob_chunk, seq) * s["vocab"] * 4 * 3
-            # per rollout: its KV cache while sampling or its share of one micro-batch and one logits chunk in the
-            # update, whichever is larger (the two phases never hold memory at once), plus what offload keeps
-            offloaded = _offloaded_on_gpu(cfg, name, s, trainable, act_width, held)
-            act = max(kv, (train_act + logits) // rollouts) + offloaded // rollouts
+            # per rollout: its KV cache while sampling and its share of one micro-batch and one logits chunk in the
+            # update, plus what offload keeps; transformers' generate frees its cache after each call, so there the
+            # larger phase counts, while our sampler keeps one StaticCache on the model for the whole run
+            update = (train_act + logits) // rollouts
+            phases = max(kv, update) if _frees_its_cache(cfg) else kv + update
+            act = phases + _offloaded_on_gpu(cfg, name, s, trainable, act_width, held) // rollouts
         batch = rollouts if settings.trainable else 1
         specs.append(ModelSpec(name, s["params"], trainable_params=trainable, activation_bytes_per_example=act,
                                batch_per_device=batch, param_dtype_bytes=held,
