@@ -15,11 +15,11 @@ import lm_shapes  # noqa: E402
 
 def test_mark_peak_reads_the_gpu_running_peak_and_nothing_on_a_cpu(monkeypatch):
     into: dict[str, float] = {}
-    mark_peak(SimpleNamespace(device=torch.device("cpu")), "generate", into)
+    mark_peak(SimpleNamespace(device=torch.device("cpu"), devices=None), "generate", into)
     assert into == {}
     seen = []
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: seen.append(d) or 3 * 2**30)
-    mark_peak(SimpleNamespace(device=torch.device("cuda", 1)), "update", into)
+    mark_peak(SimpleNamespace(device=torch.device("cuda", 1), devices=None), "update", into)
     assert into == {"peak_gib_after/update": 3.0} and seen == [torch.device("cuda", 1)]
 
 
