@@ -207,6 +207,21 @@ def where_stuck(said: str, frames: int = 3) -> str:
     return ""
 
 
+def parse_pick(text: str, sizes: dict[str, int]) -> dict[str, list[int]]:
+    """``--pick`` as suite -> case indices, refused in one line before anything runs or is written."""
+    picks: dict[str, list[int]] = {}
+    for part in filter(None, text.split(";")):
+        key, _, indices = part.partition(":")
+        try:
+            picks[key] = [int(i) for i in indices.split(",")]
+        except ValueError:
+            picks[key] = []
+        if key not in sizes or not picks[key] or not all(0 <= i < sizes[key] for i in picks[key]):
+            raise SystemExit(f"lm_shapes.py: --pick '{part}': give SUITE:I,J;... with SUITE one of "
+                             f"{', '.join(f'{k} (cases 0-{n - 1})' for k, n in sizes.items())}")
+    return picks
+
+
 def _last_line(text: str) -> str:
     lines = [x for x in text.strip().splitlines() if x.strip() and "Warning" not in x]
     return lines[-1][:200] if lines else "no output"
@@ -251,20 +266,20 @@ def main() -> int:
     if a.re_estimate:
         print("\n".join(re_estimate(Path(f)) for f in a.re_estimate))
         return 0
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     gpu = [] if a.smoke else ["--gpus", "1"]
     suites = {"grpo": (GRPO, GRPO_CASES, "GRPO step, Qwen2.5-1.5B shape (random weights), 64 completions x 256"),
               "score": (SCORE, SCORE_CASES, "SCoRe step, Llama-3.2-3B shape (random weights), policy + reference + "
                                             "frozen guidance + critics, 16 episodes x 128"),
               "precision": (GRPO, PRECISION_CASES, "GRPO step, Qwen2.5-1.5B shape (random weights): bf16 vs fp16")}
+    picks = parse_pick(a.pick, {key: len(cases) for key, (_, cases, _) in suites.items()})
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
     sections, raw = [], {}
     for key, (base, cases, title) in suites.items():
         if a.only and key not in a.only.split(","):
             continue
-        picks = dict(part.split(":") for part in a.pick.split(";") if ":" in part)
         if key in picks:
-            cases = [cases[int(i)] for i in picks[key].split(",")]
+            cases = [cases[i] for i in picks[key]]
         cases = cases[:2] if a.smoke else cases
         args = base + [f"steps={a.steps}"] + a.extra.split() + (SMOKE if a.smoke else []) + gpu
         rows = []

@@ -46,3 +46,17 @@ def _cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
         return ""
+
+
+def test_a_bad_pick_is_refused_in_one_line_before_anything_is_written(tmp_path):
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "lm_shapes.py"
+    for bad in ("grpo:99", "grpo:a", "nosuch:1", "grpo"):
+        out = tmp_path / bad.replace(":", "_")
+        proc = subprocess.run([sys.executable, str(script), "--smoke", "--pick", bad, "--out", str(out)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0, proc.stderr
+        assert f"--pick '{bad}'" in proc.stderr and "grpo (cases 0-8)" in proc.stderr and not out.exists()
+    assert lm_shapes.parse_pick("grpo:8;score:6,4", {"grpo": 9, "score": 7}) == {"grpo": [8], "score": [6, 4]}
+    assert lm_shapes.parse_pick("", {"grpo": 9}) == {}
