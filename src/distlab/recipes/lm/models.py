@@ -40,7 +40,10 @@ def load_placed(name: str, cfg: Any, session, seed: int, lora: bool = True) -> t
 
 @contextlib.contextmanager
 def gathered(model: nn.Module) -> Iterator[None]:
-    """FSDP2: all-gather the parameters once around generation, not once per decoded token."""
+    """FSDP2: all-gather the parameters once around generation, not once per decoded token, and free every unit's
+    gathered copy at the end. FSDP2's ``unshard``/``reshard`` act on one unit, not its children: resharding the root
+    alone left each block's full weights on the GPU after sampling (an offloaded 3B policy's 12 GiB) until that
+    block's next forward."""
     fsdp = [m for m in model.modules() if hasattr(m, "unshard") and hasattr(m, "set_reshard_after_forward")]
     if not fsdp:
         yield
@@ -53,7 +56,7 @@ def gathered(model: nn.Module) -> Iterator[None]:
     finally:
         for m in fsdp:
             m.set_reshard_after_forward(True)
-        model.reshard()
+            m.reshard()
 
 
 def samples_from_a_copy(trains: bool, narrow_dtype: bool, sharded: bool) -> bool:
