@@ -243,7 +243,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
 
     t3 = time.perf_counter()
     sums, gnorm = policy_update(session, policy, opt, len(batch.slices), micro_loss, iterations=cfg.num_iterations,
-                                max_grad_norm=cfg.clip_grad)
+                                max_grad_norm=cfg.clip_grad, marks=times)
     parts.sampling.refresh()
     times["update_s"] = time.perf_counter() - t3
     mark_peak(rt, "update", times)

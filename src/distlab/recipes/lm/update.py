@@ -20,6 +20,7 @@ from torch import nn
 
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.amp import MixedPrecision
+from distlab.logs import mark_peak
 from distlab.wrap import no_sync
 
 log = logging.getLogger("distlab")
@@ -39,14 +40,15 @@ def frozen_logprobs(session, model: nn.Module | None, ids: torch.Tensor, attn: t
 
 
 def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_batches: int, micro_loss: MicroLoss,
-                  *, iterations: int = 1, max_grad_norm: float = 1.0, name: str = "policy"
-                  ) -> tuple[dict[str, float], float]:
+                  *, iterations: int = 1, max_grad_norm: float = 1.0, name: str = "policy",
+                  marks: dict[str, float] | None = None) -> tuple[dict[str, float], float]:
     """``iterations`` optimizer steps over ``micro_batches`` micro-batches; returns (summed stats, last grad norm).
 
     ``micro_loss(m)`` runs the forward of micro-batch ``m`` and returns its loss share and its stats
     (sums); it runs under the session's autocast, and the backward follows here. A step whose gradient norm
     is inf/NaN is skipped in every precision (the weights stay as they were; warned, naming ``name``, and counted
-    in ``amp/skipped_steps``); its norm comes back as NaN.
+    in ``amp/skipped_steps``); its norm comes back as NaN. ``marks`` gets the memory peak before the first optimizer
+    step (``peak_gib_after/backward``), which tells the forward and backward from the step (:func:`.logs.mark_peak`).
     """
     # summed where they are (reading a GPU tensor waits for the GPU): the host reads them once, after every step
     device_sums: dict[str, torch.Tensor | float] = {}
@@ -62,6 +64,8 @@ def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_b
             for key, value in stats.items():
                 value = value.detach() if isinstance(value, torch.Tensor) else value
                 device_sums[key] = device_sums[key] + value if key in device_sums else value
+        if marks is not None and "peak_gib_after/backward" not in marks:
+            mark_peak(session.rt, "backward", marks)
         norm = amp.step(opt, model, max_grad_norm, check_finite=True)
         gnorm = float("nan") if norm is None else float(norm)  # NaN: the step was skipped (inf/NaN gradients)
         if norm is None and not amp.enabled:

@@ -222,7 +222,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
 
     t3 = time.perf_counter()
     sums, gnorm = policy_update(session, m.policy, opts["policy"], len(batches), micro_loss,
-                                iterations=cfg.num_iterations, max_grad_norm=cfg.clip_grad)
+                                iterations=cfg.num_iterations, max_grad_norm=cfg.clip_grad, marks=times)
     times["update_s"] = time.perf_counter() - t3
     mark_peak(rt, "update", times)
     if cfg.guidance == "trained" and (step + 1) % cfg.guidance_every == 0:
