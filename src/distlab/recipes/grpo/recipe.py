@@ -59,10 +59,13 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
 
 
 def model_spec(cfg: GRPOConfig) -> list[ModelSpec]:
-    from distlab.recipes.lm.memory import lm_specs
+    from distlab.recipes.lm.generate import max_prompt_tokens
+    from distlab.recipes.lm.memory import lm_specs, training_prompts
 
     rollouts = max(1, cfg.prompts_per_step * cfg.num_generations)
-    return lm_specs(cfg, ["policy"] + (["reference"] if cfg.beta > 0 else []), rollouts)
+    tok, _, _, prompts = training_prompts(cfg)
+    seq = max_prompt_tokens(tok, prompts) + cfg.sampling.max_completion_length  # as train.py sizes the cache
+    return lm_specs(cfg, ["policy"] + (["reference"] if cfg.beta > 0 else []), rollouts, seq)
 
 
 def export(cfg: GRPOConfig, ckpt: Path, out: Path, fmt: str, adapter: bool) -> None:

@@ -1,9 +1,11 @@
 """Memory model of an LM recipe's placed models, for ``distlab doctor --recipe grpo|score``.
 
 Parameters are counted on the ``meta`` device from the model's config (nothing is loaded or
-dequantised); activations are the rollouts' KV cache and the training micro-batch's activations with
-one chunk of fp32 logits: their sum where the sampler keeps its cache for the run, the larger where
-transformers' generate frees it after each call. It is arithmetic a reader can redo, and a lower bound.
+dequantised); sequences are as long as the run's longest prompt plus what it generates (the tokenizer
+and task set are read, not the weights); activations are the rollouts' KV cache and the training
+micro-batch's activations with one chunk of fp32 logits: their sum where the sampler keeps its cache
+for the run, the larger where transformers' generate frees it after each call. It is arithmetic a
+reader can redo.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def shape(source: str) -> dict[str, int]:
     in_blocks = sum(p.numel() for block in decoder_layers(model) for p in block.parameters())
     return {"params": params, "root": params - in_blocks, "layers": config.num_hidden_layers,
             "hidden": config.hidden_size, "vocab": config.vocab_size, "lora_unit": lora_unit,
+            "intermediate": getattr(config, "intermediate_size", None) or 4 * config.hidden_size,
             "kv_width": getattr(config, "num_key_value_heads", heads) * (config.hidden_size // heads)}
 
 
@@ -66,16 +69,25 @@ def _home(cfg: Any, name: str) -> str:
     return settings.placement
 
 
-def _offloaded_on_gpu(cfg: Any, name: str, s: dict[str, int], trainable: int, act_width: int, held: int) -> int:
-    """What a trained model under FSDP2's CPU offload still holds on the GPU while it samples and in its forward:
-    autocast's cast of every fp32 trained weight (kept until the autocast region ends) and the root unit
-    (embeddings, final norm, head: everything outside the blocks), which FSDP2 keeps unsharded at its held width.
-    Counting none of it put the SCoRe 3B offload row's estimate 43% under its measured peak (H200, 2026-11-26);
-    both measured offload peaks were set while sampling."""
-    if _home(cfg, name) != "offload":
-        return 0
-    cast = trainable * act_width if act_width < 4 else 0
-    return cast + s["root"] * held
+def _fsdp_on_gpu(cfg: Any, name: str, s: dict[str, int], trainable: int, held: int) -> tuple[int, int]:
+    """``(while sampling, in the update)``: what a trained model FSDP2 shards (and may offload) holds on the GPU
+    beyond its shard. Sampling gathers the whole model (:func:`.models.gathered`) at the width it trains in, since
+    no mixed-precision policy narrows it and no autocast runs there; the update keeps the root unit (embeddings,
+    final norm, head) unsharded. Counting neither put the SCoRe 3B offload row 43% under its peak (H200,
+    2026-11-26); both measured offload peaks were set while sampling."""
+    if not (cfg.models[name].trainable and wrap_of(cfg.models[name], cfg.dist) == "fsdp"):
+        return 0, 0
+    return (s["params"] - trainable) * held + trainable * 4, s["root"] * held
+
+
+def layer_bytes_per_token(s: dict[str, int], act_width: int) -> int:
+    """What one decoder layer saves for backward per token, counted from transformers' Llama/Qwen2 code under
+    autocast (``saved_tensors_hooks`` on a CPU, ``tests/lm_model/test_lm_memory_spec.py`` checks it): each RMSNorm
+    keeps two fp32 tensors of the (fp32) residual stream, each projection its own cast of the norm's output (five),
+    attention its query, key and value at full width (grouped keys are repeated) and its output, the SwiGLU MLP
+    four intermediates."""
+    h, inter = s["hidden"], s["intermediate"]
+    return 2 * 2 * 4 * h + act_width * (5 * h + 4 * h + 4 * inter)
 
 
 def _frees_its_cache(cfg: Any) -> bool:
@@ -85,10 +97,23 @@ def _frees_its_cache(cfg: Any) -> bool:
     return str(getattr(cfg.sampling.backend, "value", cfg.sampling.backend)) == "hf"
 
 
-def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
-    """One spec per placed model; the trained policy also carries the rollouts' KV cache and activations."""
+def training_prompts(cfg: Any) -> tuple[Any, list, list, list[str]]:
+    """``(tokenizer, training tasks, few-shot examples, prompts)`` as the run builds them, so that the doctor counts
+    the sequence lengths the run sizes its caches for (the longest prompt of the task set) instead of a guess."""
+    from distlab.recipes.lm.model_source import load_tokenizer
+    from distlab.recipes.lm.prompting import prompt_text
+    from distlab.recipes.lm.task_sets import task_split
+
+    tok = load_tokenizer(cfg.model.source)
+    tasks, _, few_shot = task_split(cfg.task)
+    return tok, tasks, few_shot, [prompt_text(t, tok, cfg.model.prompt_mode, few_shot) for t in tasks]
+
+
+def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tuple[str, ...] = ("policy",)
+             ) -> list[ModelSpec]:
+    """One spec per placed model. ``seq`` bounds a rollout's tokens (its longest prompt plus everything generated);
+    a model in ``samplers`` holds the rollouts' KV cache, and a trained one its update's activations too."""
     s = shape(cfg.model.source)
-    seq = cfg.sampling.max_completion_length + 512  # completion plus a typical prompt
     specs = []
     recompute = cfg.model.gradient_checkpointing or str(getattr(cfg.dist.activation_checkpointing, "value",
                                                                 cfg.dist.activation_checkpointing)) != "none"
@@ -99,30 +124,39 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int) -> list[ModelSpec]:
         width = BYTES[settings.dtype]
         wrap = wrap_of(settings, cfg.dist)
         trainable = 0
-        act = 0
         # weights that train stay fp32 whatever models.<name>.dtype says (placement.keep_trained_weights_fp32)
         held = 4 if settings.trainable and cfg.model.lora_r <= 0 else width
         if settings.trainable:
             trainable = cfg.model.lora_r * s["lora_unit"] if cfg.model.lora_r > 0 else s["params"]
-            kv = 2 * s["layers"] * s["kv_width"] * seq * width
-            # a recomputed layer keeps only its input in backward; otherwise ~34 values per hidden unit and token
-            per_layer = s["hidden"] * seq * (2 if recompute else 34)
-            train_act = per_layer * s["layers"] * act_width * cfg.micro_batch_size
-            logits = min(cfg.logprob_chunk, seq) * s["vocab"] * 4 * 3
-            # per rollout: its KV cache while sampling and its share of one micro-batch and one logits chunk in the
-            # update, plus what offload keeps; transformers' generate frees its cache after each call, so there the
-            # larger phase counts, while our sampler keeps one StaticCache on the model for the whole run
-            update = (train_act + logits) // rollouts
-            phases = max(kv, update) if _frees_its_cache(cfg) else kv + update
-            act = phases + _offloaded_on_gpu(cfg, name, s, trainable, act_width, held) // rollouts
-        batch = rollouts if settings.trainable else 1
-        specs.append(ModelSpec(name, s["params"], trainable_params=trainable, activation_bytes_per_example=act,
-                               batch_per_device=batch, param_dtype_bytes=held,
-                               optimizer="adamw" if trainable else "none",
+        gathered, root = _fsdp_on_gpu(cfg, name, s, trainable, held)
+        # a sharded trained model is sampled as gathered (its held width), any other from weights of its dtype
+        sample_width = held if gathered else width
+        kv = 2 * s["layers"] * s["kv_width"] * seq * sample_width * rollouts if name in samplers else 0
+        update = step = 0
+        if settings.trainable:
+            tokens = seq * cfg.micro_batch_size
+            layer = layer_bytes_per_token(s, act_width)
+            # each block keeps its fp32 input and backward recomputes one block at a time, or every layer's tensors
+            act = tokens * (s["layers"] * 4 * s["hidden"] + layer if recompute else s["layers"] * layer)
+            # the bf16/fp16 casts of fp32 weights: saved for backward, or cached by autocast for the whole forward
+            # (recomputing too), beside the gradients the earlier micro-batches left
+            cast = (s["params"] if held == 4 else trainable) * act_width if act_width < 4 else 0
+            logits = min(cfg.logprob_chunk, tokens) * s["vocab"] * 4 * 3  # one chunk of fp32 logits
+            update = act + cast + logits + root
+            # torch.optim.AdamW (optim.state_dtype=fp32) steps with foreach kernels: one temporary as large as the
+            # trained weights (torchao's bf16/int8 steps go tensor by tensor); an offloaded model steps on the host
+            fp32_states = str(getattr(cfg.optim.state_dtype, "value", cfg.optim.state_dtype)) == "fp32"
+            step = trainable * 4 if fp32_states and _home(cfg, name) != "offload" else 0
+        # transformers' generate frees its cache after each call, so there the larger phase counts; our sampler
+        # keeps one StaticCache on the model for the whole run, beside the update
+        phases = max(kv + gathered, update, step) if _frees_its_cache(cfg) else kv + max(gathered, update, step)
+        batch = rollouts if (settings.trainable or name in samplers) else 1
+        specs.append(ModelSpec(name, s["params"], trainable_params=trainable,
+                               activation_bytes_per_example=-(-phases // batch), batch_per_device=batch,
+                               param_dtype_bytes=held, optimizer="adamw" if trainable else "none",
                                placement=_home(cfg, name), wrap=wrap))
         if samples_from_a_copy(settings.trainable, width < 4, wrap == "fsdp"):
             where = settings.placement if str(settings.placement).startswith("cuda") else "device"
             specs.append(ModelSpec(f"{name} (sampling copy)", s["params"], trainable_params=0,
                                    param_dtype_bytes=width, placement=where, optimizer="none"))
     return specs
-

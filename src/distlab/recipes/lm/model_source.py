@@ -18,6 +18,7 @@ mode before they are imported and passes ``local_files_only=True`` on every load
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import sys
@@ -134,6 +135,27 @@ def resolve_source(source: str) -> ResolvedSource:
     if path.exists():
         raise DistlabError(f"model source {source!r} is a file but not a .gguf; {EXPECTED}")
     raise DistlabError(f"model source {source!r} not found; {EXPECTED}")
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(source: str):
+    """``source``'s tokenizer without its weights: what the doctor needs to count a run's prompt tokens. A GGUF
+    file's comes from its metadata (seconds, where converting the weights would take minutes)."""
+    resolved = resolve_source(source)
+    if resolved.kind in ("tiny", "random"):
+        from distlab.recipes.lm.tiny_model import byte_tokenizer
+
+        return _prepare_tokenizer(byte_tokenizer())
+    from transformers import AutoTokenizer
+
+    where, extra = resolved.path, {}
+    if resolved.kind == "gguf":
+        where, extra = resolved.path.parent, {"gguf_file": resolved.path.name}
+    try:
+        return _prepare_tokenizer(AutoTokenizer.from_pretrained(where, local_files_only=True, **extra))
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DistlabError(f"model source {source!r}: could not load its tokenizer from {where}: {first}") from e
 
 
 def _prepare_tokenizer(tok):

@@ -113,18 +113,25 @@ def head_params(width: int, hidden: int) -> int:
 
 def model_spec(cfg: ScoreConfig) -> list[ModelSpec]:
     """One spec per model these options load, each at its placement, for ``distlab doctor --recipe score``."""
-    from distlab.recipes.lm.memory import lm_specs, shape
+    from distlab.recipes.lm.memory import lm_specs, shape, training_prompts
+    from distlab.recipes.lm.model_source import load_tokenizer
+    from distlab.recipes.score.episode import guidance_length_bound, turn2_length_bound
 
     names = used_models(cfg)
     episodes = max(1, cfg.prompts_per_step * cfg.num_generations)
-    # an episode holds two turns, a hint and the instruction: size sequences for that, not one completion
-    long = replace(cfg.sampling, max_completion_length=2 * cfg.sampling.max_completion_length + cfg.hint_max_tokens + 64)
-    eff = replace(cfg, models=effective_models(cfg), sampling=long)
-    specs = lm_specs(eff, [n for n in ("policy", "reference") if n in names], episodes)
-    if "guidance" in names:
+    completion, guided = cfg.sampling.max_completion_length, "guidance" in names
+    tok, tasks, few_shot, prompts = training_prompts(cfg)
+    # an episode's longest sequence: turn 2's prompt (problem, y1, hint, instruction) and y2, as train.py's bounds
+    seq = turn2_length_bound(tasks, tok, cfg.model.prompt_mode, prompts, cfg.instruction, few_shot,
+                             cfg.restate_problem, completion, cfg.hint_max_tokens if guided else 0) + completion
+    eff = replace(cfg, models=effective_models(cfg))
+    specs = lm_specs(eff, [n for n in ("policy", "reference") if n in names], episodes, seq)
+    if guided:
         gcfg = guidance_config(cfg)
-        hint = replace(cfg.sampling, max_completion_length=cfg.hint_max_tokens + cfg.sampling.max_completion_length)
-        specs += lm_specs(replace(gcfg, sampling=hint), ["guidance"], episodes)
+        hint_seq = guidance_length_bound(tasks, load_tokenizer(gcfg.model.source), gcfg.model.prompt_mode,
+                                         completion, cfg.error_tail_chars,
+                                         cfg.hint_sees_execution) + cfg.hint_max_tokens
+        specs += lm_specs(gcfg, ["guidance"], episodes, hint_seq, samplers=("guidance",))
     if "critic" in names:
         width = shape(cfg.model.source)["hidden"]
         p = head_params(width, cfg.critic_hidden)
