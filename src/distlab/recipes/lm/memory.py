@@ -2,10 +2,12 @@
 
 Parameters are counted on the ``meta`` device from the model's config (nothing is loaded or
 dequantised); sequences are as long as the run's longest prompt plus what it generates (the tokenizer
-and task set are read, not the weights); activations are the rollouts' KV cache and the training
-micro-batch's activations with one chunk of fp32 logits: their sum where the sampler keeps its cache
-for the run, the larger where transformers' generate frees it after each call. It is arithmetic a
-reader can redo.
+and task set are read, not the weights). Beyond weights, gradients and optimizer states, a model holds
+what its largest phase needs: sampling (the rollouts' KV cache; a sharded model gathered), the update
+(each layer's saved tensors, the casts of fp32 weights, one chunk of fp32 logits) or the optimizer step
+(torch's AdamW temporary). Where our sampler keeps its cache for the run, the cache adds to the others.
+It is the peak from the second step on (Adam's states appear at the first optimizer step), and
+arithmetic a reader can redo; docs/benchmarks.md holds every measured row beside it.
 """
 
 from __future__ import annotations
