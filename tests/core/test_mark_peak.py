@@ -30,3 +30,28 @@ def test_lm_shapes_keeps_each_steps_phase_marks(tmp_path):
     out = lm_shapes.measure(tmp_path)
     assert out["peak_gib_after/generate"] == [3.0, 4.0] and out["peak_gib_after/update"] == [8.0, 9.0]
     assert out["peak_gib"] == {"cuda0": 9.0} and out["step_s"] == 10.0
+
+
+def test_the_update_marks_its_peak_before_the_first_optimizer_step(monkeypatch):
+    """The mark that told the GRPO 1.5B backward (42.0 GiB) from fp32 AdamW's step (31.7 GiB with checkpointing)."""
+    import contextlib
+
+    from distlab.recipes.lm.update import policy_update
+
+    peak = [1 * 2**30]
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: peak[0])
+    session = SimpleNamespace(rt=SimpleNamespace(device=torch.device("cuda", 0), devices=None),
+                              autocast=contextlib.nullcontext)
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    real_step = opt.step
+    monkeypatch.setattr(opt, "step", lambda *a, **k: (peak.__setitem__(0, peak[0] + 4 * 2**30), real_step())[1])
+
+    def micro_loss(m: int):
+        peak[0] += 2**30  # the forward and backward raise the peak
+        return model(torch.ones(1, 2)).sum(), {}
+
+    marks: dict[str, float] = {}
+    policy_update(session, model, opt, 2, micro_loss, iterations=2, max_grad_norm=1e9, marks=marks)
+    assert marks == {"peak_gib_after/backward": 3.0}  # 1 + two micro-batches, before the step's +4; first iteration
+    assert peak[0] == 13 * 2**30  # both iterations ran both micro-batches and stepped
