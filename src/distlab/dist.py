@@ -317,41 +317,50 @@ def full_state_dict(module: torch.nn.Module) -> dict[str, Any]:
 _CHUNK = 1 << 24  # bytes per partial sum: 2**24 * 255 * 2**31 stays below 2**63, so no int64 sum overflows
 
 
-def _device_fingerprint(t: torch.Tensor) -> bytes:
+def _position_weights(device: torch.device) -> torch.Tensor:
+    idx = torch.arange(_CHUNK, device=device, dtype=torch.int64)
+    return (idx * 2654435761) % (1 << 31) | 1
+
+
+def _device_fingerprint(t: torch.Tensor, weights: dict[torch.device, torch.Tensor] | None = None) -> bytes:
     """Position-weighted byte sums of an accelerator tensor, computed there, one per 16 MiB chunk.
 
     Copying a 3B-parameter model to the host and hashing it there (SHA-1, about 1 GB/s) took minutes at the end
     of a run; these sums cost one pass on the device and one small read. Each byte is multiplied by an odd weight
     of its position in its chunk, so changing any one byte changes its chunk's sum; integer sums are exact, so
-    the result does not depend on the order of summation.
+    the result does not depend on the order of summation. ``weights`` keeps one chunk's weights per device for
+    the caller's tensors (made once, not per tensor).
     """
     flat = t.contiguous().reshape(-1).view(torch.uint8)
-    idx = torch.arange(min(_CHUNK, flat.numel()), device=flat.device, dtype=torch.int64)
-    weights = (idx * 2654435761) % (1 << 31) | 1
-    sums = [(flat[i:i + _CHUNK].to(torch.int64) * weights[:min(_CHUNK, flat.numel() - i)]).sum()
+    weights = {} if weights is None else weights
+    if flat.device not in weights:
+        weights[flat.device] = _position_weights(flat.device)
+    w = weights[flat.device]
+    sums = [(flat[i:i + _CHUNK].to(torch.int64) * w[:min(_CHUNK, flat.numel() - i)]).sum()
             for i in range(0, flat.numel(), _CHUNK)]
     return np.asarray(torch.stack(sums).tolist() if sums else [], dtype=np.int64).tobytes()
 
 
-def tensor_digest(t: torch.Tensor) -> bytes:
+def tensor_digest(t: torch.Tensor, weights: dict[torch.device, torch.Tensor] | None = None) -> bytes:
     """Bytes that change whenever ``t``'s bytes do: SHA-1 of them on the CPU (faster there than the sums),
-    :func:`_device_fingerprint` on an accelerator (no copy of the weights to the host)."""
+    :func:`_device_fingerprint` on an accelerator (no copy of the weights to the host); pass one ``weights``
+    dict for many tensors."""
     t = t.detach()
     if t.device.type == "cpu":
         return hashlib.sha1(t.contiguous().reshape(-1).view(torch.uint8).numpy()).digest()
-    return _device_fingerprint(t)
+    return _device_fingerprint(t, weights)
 
 
 def module_checksum(module: torch.nn.Module) -> str:
     """A digest of ``module.state_dict()`` (names, dtypes, shapes, bytes), equal for equal weights under any
     sharding; the runs' summaries carry it so that tests compare trained models. Weights on the CPU and on a
     GPU digest differently (see :func:`tensor_digest`)."""
-    h = hashlib.sha1()
+    h, weights = hashlib.sha1(), {}
     for name, t in sorted(module.state_dict().items()):
         t = full_tensor(t) if isinstance(t, torch.Tensor) else t
         if isinstance(t, torch.Tensor):
             h.update(f"{name}:{t.dtype}:{tuple(t.shape)}:{t.device.type == 'cpu'}:".encode())
-            h.update(tensor_digest(t))
+            h.update(tensor_digest(t, weights))
     return h.hexdigest()
 
 

@@ -311,9 +311,9 @@ def peak_memory(rt) -> dict[str, float]:
 
 def mark_peak(rt, phase: str, into: dict[str, float]) -> None:
     """Put the running peak of this rank's GPU memory (GiB; of several GPUs the largest :func:`peak_memory` reads)
-    at the end of ``phase`` into ``into`` as ``peak_gib_after/<phase>``. The peak never falls, so the first phase whose mark reaches the step's peak is the
-    one that set it: where the memory goes, which a single peak per step cannot say. The LM recipes log the mean
-    over ranks, as they do their phase times. Nothing on a CPU run."""
+    at the end of ``phase`` into ``into`` as ``peak_gib_after/<phase>``. The peak never falls, so the first phase
+    whose mark reaches the step's peak is the one that set it: where the memory goes, which a single peak per step
+    cannot say. The LM recipes log the mean over ranks, as they do their phase times. Nothing on a CPU run."""
     peaks = peak_memory(rt)
     if peaks:
         into[f"peak_gib_after/{phase}"] = max(peaks.values())

@@ -71,14 +71,17 @@ def _home(cfg: Any, name: str) -> str:
     return settings.placement
 
 
-def _fsdp_on_gpu(cfg: Any, name: str, s: dict[str, int], trainable: int, held: int) -> tuple[int, int]:
+def _word(option: Any) -> str:
+    """A config enum's value, or the string itself (configs built in tests hold plain strings)."""
+    return str(getattr(option, "value", option))
+
+
+def _fsdp_on_gpu(s: dict[str, int], trainable: int, held: int) -> tuple[int, int]:
     """``(while sampling, in the update)``: what a trained model FSDP2 shards (and may offload) holds on the GPU
     beyond its shard. Sampling gathers the whole model (:func:`.models.gathered`) at the width it trains in, since
     no mixed-precision policy narrows it and no autocast runs there; the update keeps the root unit (embeddings,
     final norm, head) unsharded. Counting neither put the SCoRe 3B offload row 43% under its peak (H200,
     2026-11-26); both measured offload peaks were set while sampling."""
-    if not (cfg.models[name].trainable and wrap_of(cfg.models[name], cfg.dist) == "fsdp"):
-        return 0, 0
     return (s["params"] - trainable) * held + trainable * 4, s["root"] * held
 
 
@@ -96,7 +99,7 @@ def _frees_its_cache(cfg: Any) -> bool:
     """Whether sampling's KV cache is gone before the update: ``sampling.backend=hf`` (a DynamicCache per
     ``generate`` call). Every measured GRPO and SCoRe peak used it (docs/benchmarks.md); the offloaded ones were
     set while sampling and did not rise in the update."""
-    return str(getattr(cfg.sampling.backend, "value", cfg.sampling.backend)) == "hf"
+    return _word(cfg.sampling.backend) == "hf"
 
 
 def training_prompts(cfg: Any) -> tuple[Any, list, list, list[str]]:
@@ -117,10 +120,9 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
     a model in ``samplers`` holds the rollouts' KV cache, and a trained one its update's activations too."""
     s = shape(cfg.model.source)
     specs = []
-    recompute = cfg.model.gradient_checkpointing or str(getattr(cfg.dist.activation_checkpointing, "value",
-                                                                cfg.dist.activation_checkpointing)) != "none"
+    recompute = cfg.model.gradient_checkpointing or _word(cfg.dist.activation_checkpointing) != "none"
     # activations are stored in the autocast dtype (dist.precision), whatever the weights' dtype
-    act_width = 4 if str(getattr(cfg.dist.precision, "value", cfg.dist.precision)) == "fp32" else 2
+    act_width = 4 if _word(cfg.dist.precision) == "fp32" else 2
     for name in names:
         settings = cfg.models[name]
         width = BYTES[settings.dtype]
@@ -130,7 +132,8 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
         held = 4 if settings.trainable and cfg.model.lora_r <= 0 else width
         if settings.trainable:
             trainable = cfg.model.lora_r * s["lora_unit"] if cfg.model.lora_r > 0 else s["params"]
-        gathered, root = _fsdp_on_gpu(cfg, name, s, trainable, held)
+        home = _home(cfg, name)
+        gathered, root = _fsdp_on_gpu(s, trainable, held) if settings.trainable and wrap == "fsdp" else (0, 0)
         # a sharded trained model is sampled as gathered (its held width), any other from weights of its dtype
         sample_width = held if gathered else width
         kv = 2 * s["layers"] * s["kv_width"] * seq * sample_width * rollouts if name in samplers else 0
@@ -147,8 +150,7 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
             update = act + cast + logits + root
             # torch.optim.AdamW (optim.state_dtype=fp32) steps with foreach kernels: one temporary as large as the
             # trained weights (torchao's bf16/int8 steps go tensor by tensor); an offloaded model steps on the host
-            fp32_states = str(getattr(cfg.optim.state_dtype, "value", cfg.optim.state_dtype)) == "fp32"
-            step = trainable * 4 if fp32_states and _home(cfg, name) != "offload" else 0
+            step = trainable * 4 if _word(cfg.optim.state_dtype) == "fp32" and home != "offload" else 0
         # transformers' generate frees its cache after each call, so there the larger phase counts; our sampler
         # keeps one StaticCache on the model for the whole run, beside the update
         phases = max(kv + gathered, update, step) if _frees_its_cache(cfg) else kv + max(gathered, update, step)
@@ -156,7 +158,7 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
         specs.append(ModelSpec(name, s["params"], trainable_params=trainable,
                                activation_bytes_per_example=-(-phases // batch), batch_per_device=batch,
                                param_dtype_bytes=held, optimizer="adamw" if trainable else "none",
-                               placement=_home(cfg, name), wrap=wrap))
+                               placement=home, wrap=wrap))
         if samples_from_a_copy(settings.trainable, width < 4, wrap == "fsdp"):
             where = settings.placement if str(settings.placement).startswith("cuda") else "device"
             specs.append(ModelSpec(f"{name} (sampling copy)", s["params"], trainable_params=0,
