@@ -195,12 +195,36 @@ class Runtime:
         return tensor
 
     def any_flags(self, *flags: bool) -> tuple[bool, ...]:
-        """Each flag True on every rank if it is True on any rank: one collective for all of them."""
+        """Each flag True on every rank if it is True on any rank: one collective for all of them.
+
+        Called once per training step (stop signals, time limits), so it travels over the CPU (gloo) group even
+        under NCCL: a CUDA tensor read back on the host would wait for every kernel queued so far, and that wait
+        every step kept the host from queueing the next step while the GPU ran this one (the per-step fixed cost
+        that grew with the GPU count).
+        """
         if not self.distributed:
             return tuple(bool(f) for f in flags)
-        t = torch.tensor([float(f) for f in flags], device=self.device if self.backend == "nccl" else "cpu")
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        t = torch.tensor([float(f) for f in flags])
+        if self._monitor is not None:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._monitor)
+        else:
+            t = t.to(self.comm_device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return tuple(bool(v > 0) for v in t.tolist())
+
+    def all_gather_equal(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``tensor`` concatenated along dim 0 in rank order, for shapes equal on every rank.
+
+        The fixed-shape sibling of :meth:`all_gather_ragged`: one collective, no shape exchange and no host
+        synchronisation, for per-step exchanges whose sizes the configuration fixes (rows of an equal per-rank
+        batch). The caller vouches for the equal shapes: unequal ones fail inside the backend or hang.
+        """
+        if not self.distributed:
+            return tensor
+        local = tensor.to(self.comm_device).contiguous()
+        out = local.new_empty((local.shape[0] * self.world_size, *local.shape[1:]))
+        dist.all_gather_into_tensor(out, local)
+        return out.to(tensor.device)
 
     def all_gather_ragged(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's ``tensor`` concatenated along dim 0 in rank order; ranks may hold different lengths, 0 too.

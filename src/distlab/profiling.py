@@ -24,6 +24,7 @@ from distlab.atomic import atomic_write_json, atomic_write_text
 
 # (kind, pattern over kernel names), first match wins; the rest counts as "other"
 KERNEL_KINDS: list[tuple[str, re.Pattern]] = [
+    ("communication (nccl)", re.compile(r"nccl", re.I)),  # first: NCCL's kernel names contain "reduce" and "copy"
     ("fused elementwise (triton)", re.compile(r"^triton_", re.I)),  # Inductor's names; before "copy" ("_to_copy")
     ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
     ("matmul", re.compile(r"gemm|nvjet|cutlass|cublas|xmma|wgmma", re.I)),  # nvjet: cuBLAS's Hopper kernels
@@ -32,6 +33,11 @@ KERNEL_KINDS: list[tuple[str, re.Pattern]] = [
     ("reduction", re.compile(r"reduce|norm_kernel", re.I)),
     ("elementwise", re.compile(r"elementwise|vectorized|unrolled|pointwise", re.I)),
 ]
+
+
+# runtime calls in which the host waits for the device: each one empties the queue of launched work, so the
+# host cannot prepare the next kernels while the device runs (the per-step fixed cost of a step that syncs)
+HOST_WAITS = re.compile(r"^cuda(Stream|Device|Event)Synchronize$|^cudaMemcpy$|^cudaStreamWaitValue", re.I)
 
 
 def phase(name: str) -> AbstractContextManager:
@@ -104,9 +110,13 @@ def summarize(prof: Any, wall_s: float, steps: int, device: torch.device) -> dic
     phases: dict[str, float] = {}
     kernels: dict[str, float] = {}
     kernel_total = 0.0
+    waits, wait_ms = 0, 0.0
     for evt in prof.events():
         name = evt.name
-        if name.startswith("phase:") and evt.device_type == torch.autograd.DeviceType.CPU:
+        if evt.device_type == torch.autograd.DeviceType.CPU and HOST_WAITS.search(name):
+            waits += 1
+            wait_ms += evt.cpu_time_total / 1e3
+        elif name.startswith("phase:") and evt.device_type == torch.autograd.DeviceType.CPU:
             key = name.removeprefix("phase:")
             phases[key] = phases.get(key, 0.0) + evt.cpu_time_total / 1e3
         elif evt.device_type == torch.autograd.DeviceType.CUDA and not name.startswith("phase:"):
@@ -121,6 +131,8 @@ def summarize(prof: Any, wall_s: float, steps: int, device: torch.device) -> dic
     if device.type == "cuda":
         out["kernel_ms_per_step"] = {k: v * per for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])}
         out["device_busy_fraction"] = min(kernel_total * per / wall_ms, 1.0) if wall_ms else 0.0
+        out["host_waits_per_step"] = waits * per
+        out["host_wait_ms_per_step"] = wait_ms * per
     return out
 
 

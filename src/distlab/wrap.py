@@ -38,8 +38,10 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
         ids = [device.index] if device.type == "cuda" else None
         # a CPU-placed model in an NCCL job reduces its gradients over the gloo side group
         group = rt._monitor if device.type == "cpu" and rt.backend == "nccl" else None
+        # gradients as views into the all-reduce buckets: no copy into the buckets before and back after the
+        # all-reduce, each step, and one gradient-sized buffer less
         model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_mb, broadcast_buffers=False,
-                    find_unused_parameters=find_unused, process_group=group)
+                    find_unused_parameters=find_unused, process_group=group, gradient_as_bucket_view=True)
         register_comm_hook(model, cfg.comm_hook, group, cfg.powersgd_rank, cfg.powersgd_start_iter)
     elif wrap == Wrap.fsdp and (rt.distributed or cfg.cpu_offload):
         from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard

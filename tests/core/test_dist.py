@@ -164,3 +164,30 @@ def _broadcast(rank, world_size):
 
 def test_broadcast_overwrites_in_place_with_the_source_ranks_copy():
     assert run_ranks(_broadcast, 2) == [([[2.0] * 3] * 2, True)] * 2
+
+
+def _equal_gather(rank, world_size):
+    rt = Runtime.from_process_group(torch.device("cpu"))
+    rows = rt.all_gather_equal(torch.full((2, 3), float(rank)))
+    ids = rt.all_gather_equal(torch.arange(2, dtype=torch.long) + 10 * rank)
+    return rows.numpy(), ids.numpy()
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_all_gather_equal_concatenates_in_rank_order(world_size):
+    for rows, ids in run_ranks(_equal_gather, world_size):
+        assert rows.shape == (2 * world_size, 3)
+        assert rows[:, 0].tolist() == [float(r) for r in range(world_size) for _ in range(2)]
+        assert ids.tolist() == [10 * r + i for r in range(world_size) for i in range(2)]
+
+
+def _flags_over_side_group(rank, world_size):
+    import torch.distributed as dist
+
+    rt = Runtime.from_process_group(torch.device("cpu"))
+    rt._monitor = dist.new_group(backend="gloo")  # as an NCCL job holds one: the flags must travel over it
+    return rt.any_flags(rank == 1, False, rank == 0)
+
+
+def test_any_flags_travel_over_the_cpu_side_group():
+    assert run_ranks(_flags_over_side_group, 3) == [(True, False, True)] * 3

@@ -47,3 +47,15 @@ def test_kernel_kinds():
     assert kernel_kind("void at::native::direct_copy_kernel_cuda(...)") == "copy"
     assert kernel_kind("void at::native::vectorized_elementwise_kernel<4, ...>") == "elementwise"
     assert kernel_kind("some_custom_thing") == "other"
+    # NCCL's collectives name reductions and copies: they count as communication, not as the local work
+    assert kernel_kind("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)") \
+        == "communication (nccl)"
+
+
+def test_host_waits_are_the_calls_that_drain_the_queue():
+    from distlab.profiling import HOST_WAITS
+
+    for name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"):
+        assert HOST_WAITS.search(name), name
+    for name in ("cudaMemcpyAsync", "cudaLaunchKernel", "cudaEventRecord", "cudaStreamSynchronizeX"):
+        assert not HOST_WAITS.search(name), name

@@ -26,15 +26,21 @@ def _initial_table() -> torch.Tensor:
     return torch.linspace(-1, 1, NUM_IDS * DIM).view(NUM_IDS, DIM)
 
 
-def one_step(rank: int, world_size: int) -> np.ndarray:
+def one_step(rank: int, world_size: int, path: str = "auto") -> np.ndarray:
     """One training step of a loss that is a sum of per-example terms, on this rank's shard.
 
-    Returns numpy (pickled by value): tensors would travel through shared memory that dies with
-    the worker process.
+    ``path``: ``auto`` (the table is small: one all-reduce of the dense gradient), ``ragged`` (the row-wise
+    update with the shape-exchanging gather, the exchange before the all-reduce replaced it) or ``equal``
+    (row-wise with the fixed-shape gather). Returns numpy (pickled by value): tensors would travel through
+    shared memory that dies with the worker process.
     """
+    import distlab.recipes.hrm.optim as optim
+
+    if path != "auto":
+        optim.DENSE_UPDATE_ROWS = 0  # this process's module only: each rank is a fresh process
     emb = SparsePuzzleEmbedding(NUM_IDS, DIM, cast_to=torch.float32).train()
     emb.weights.copy_(_initial_table())
-    opt = SparseSignSGD(emb, lr=LR, weight_decay=WD)
+    opt = SparseSignSGD(emb, lr=LR, weight_decay=WD, equal_rows=path == "equal")
     shard = len(GLOBAL_IDS) // world_size
     rows = slice(rank * shard, (rank + 1) * shard)
     out = emb(GLOBAL_IDS[rows])
@@ -51,6 +57,17 @@ def test_identical_tables_at_world_sizes_1_2_4() -> None:
         for rank, table in enumerate(run_ranks(one_step, world)):
             assert table.tobytes() == reference.tobytes(), f"world size {world}, rank {rank} differs"
     assert not np.array_equal(reference, _initial_table().numpy())
+
+
+def test_every_exchange_gives_the_old_paths_table_at_world_sizes_2_and_4() -> None:
+    """The all-reduced dense gradient and the fixed-shape gather each equal the ragged gather they replace."""
+    for world in (2, 4):
+        old = run_ranks(one_step, world, "ragged")
+        assert all(t.tobytes() == old[0].tobytes() for t in old)
+        for path in ("auto", "equal"):
+            for rank, table in enumerate(run_ranks(one_step, world, path)):
+                assert table.tobytes() == old[0].tobytes(), f"{path} at world size {world}, rank {rank}"
+    assert not np.array_equal(old[0], _initial_table().numpy())
 
 
 def test_update_rule_on_touched_rows_only() -> None:

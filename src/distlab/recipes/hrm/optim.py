@@ -39,13 +39,14 @@ def adam_atan2(params: Iterable[nn.Parameter], lr: float, weight_decay: float,
 def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float = 1e-4, weight_decay: float = 0.1,
                      betas: tuple[float, float] = (0.9, 0.95), puzzle_emb_lr: float = 1e-2,
                      puzzle_emb_weight_decay: float = 0.1, state_dtype: str = "fp32",
-                     rt: Runtime | None = None) -> list[torch.optim.Optimizer]:
+                     rt: Runtime | None = None, equal_rows: bool = False) -> list[torch.optim.Optimizer]:
     """Dense optimizer for the parameters plus, when the model has puzzle embeddings, SparseSignSGD.
 
     Every param group records ``base_lr`` for :func:`distlab.lr_schedule.set_lr`. ``model`` may be DDP/compile wrapped.
     ``state_dtype`` (``optim.state_dtype``) applies to AdamW, built by the core's
     :func:`distlab.optim_state.adamw`; Adam-atan2 keeps fp32 moments (its package has no other).
-    ``rt`` is the runtime the sparse update gathers rows over (see :class:`SparseSignSGD`).
+    ``rt`` is the runtime the sparse update combines rows over; ``equal_rows`` says every rank touches the same
+    number of rows per step (see :class:`SparseSignSGD`).
     """
     if optimizer not in OPTIMIZERS:
         hint = near_matches(optimizer, OPTIMIZERS)
@@ -60,7 +61,8 @@ def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float 
     opts = [dense]
     emb = _find_puzzle_emb(model)
     if emb is not None:
-        opts.append(SparseSignSGD(emb, lr=puzzle_emb_lr, weight_decay=puzzle_emb_weight_decay, rt=rt))
+        opts.append(SparseSignSGD(emb, lr=puzzle_emb_lr, weight_decay=puzzle_emb_weight_decay, rt=rt,
+                                  equal_rows=equal_rows))
     for opt in opts:
         for group in opt.param_groups:
             group["base_lr"] = group["lr"]
@@ -81,41 +83,58 @@ DENSE_UPDATE_ROWS = 4096
 class SparseSignSGD(torch.optim.Optimizer):
     """Distributed sign descent with decoupled weight decay on the rows a step touched.
 
-    Every rank all-gathers the (id, gradient) pairs of its batch, sums gradients per unique id
-    and applies ``w = w * (1 - lr * wd) - lr * sign(g)`` to those rows only. All ranks then hold
-    the same table without ever all-reducing it densely; the result does not depend on how the
-    global batch is split across ranks.
+    Every rank's (id, gradient) pairs are combined, gradients are summed per id and
+    ``w = w * (1 - lr * wd) - lr * sign(g)`` is applied to those rows only. All ranks then hold the same
+    table, and the result does not depend on how the global batch is split across ranks.
 
-    ``rt`` gathers the rows; without one, the process group this process already joined (a test
+    How the pairs are combined depends on the table. A small table (Sudoku's and Maze's few identifiers,
+    up to ``DENSE_UPDATE_ROWS``) sums its per-row gradients and touch counts locally and all-reduces them
+    in one fixed-shape collective: no shape exchange and no host synchronisation, so the host keeps queueing
+    the next step while the GPU runs this one. A large table (ARC's augmented puzzles) gathers the pairs:
+    with ``equal_rows`` (every rank contributes the same number of rows per step, as an equal per-rank batch
+    does) in one fixed-shape gather, otherwise through the ragged gather that first exchanges the shapes.
+
+    ``rt`` combines the rows; without one, the process group this process already joined (a test
     harness, a script) is used, or none.
     """
 
     def __init__(self, puzzle_emb: SparsePuzzleEmbedding, lr: float = 1e-2, weight_decay: float = 0.1,
-                 rt: Runtime | None = None) -> None:
+                 rt: Runtime | None = None, equal_rows: bool = False) -> None:
         if lr < 0 or weight_decay < 0:
             raise DistlabError(f"puzzle embedding lr ({lr}) and weight_decay ({weight_decay}) must be >= 0")
         self.puzzle_emb = puzzle_emb
         self.rt = rt if rt is not None else Runtime.from_process_group(puzzle_emb.weights.device)
+        self.equal_rows = equal_rows
         super().__init__([puzzle_emb.weights], dict(lr=lr, weight_decay=weight_decay))
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
         ids, grads = self.puzzle_emb.pop_local_grads()
-        # every rank's rows in rank order; ranks touch different numbers of rows
-        ids, grads = self.rt.all_gather_ragged(ids), self.rt.all_gather_ragged(grads)
+        group = self.param_groups[0]
+        decay, lr = 1.0 - group["lr"] * group["weight_decay"], group["lr"]
+        if self.puzzle_emb.weights.shape[0] <= DENSE_UPDATE_ROWS:
+            self._dense_step(ids, grads, decay, lr)
+        else:
+            self._row_step(ids, grads, decay, lr)
+
+    def _dense_step(self, ids: torch.Tensor, grads: torch.Tensor, decay: float, lr: float) -> None:
+        """The whole (small) table's summed gradient plus a touch count per row, all-reduced in one collective."""
+        weights = self.puzzle_emb.weights
+        summed = torch.zeros(weights.shape[0], weights.shape[1] + 1, dtype=torch.float32, device=weights.device)
+        summed[:, :-1].index_add_(0, ids.to(weights.device), grads.to(weights.device, torch.float32))
+        summed[:, -1].index_add_(0, ids.to(weights.device), torch.ones(ids.shape[0], device=weights.device))
+        summed = self.rt.all_reduce_sum(summed)
+        touched = summed[:, -1:] > 0
+        updated = (weights * decay).add_(torch.sign(summed[:, :-1]).to(weights.dtype), alpha=-lr)
+        weights.copy_(torch.where(touched, updated, weights))
+
+    def _row_step(self, ids: torch.Tensor, grads: torch.Tensor, decay: float, lr: float) -> None:
+        """Only the touched rows of a large table; ``unique`` waits for the GPU once per step."""
+        gather = self.rt.all_gather_equal if self.equal_rows else self.rt.all_gather_ragged
+        ids, grads = gather(ids), gather(grads)
         if ids.numel() == 0:
             return
-        group = self.param_groups[0]
         weights = self.puzzle_emb.weights
-        decay, lr = 1.0 - group["lr"] * group["weight_decay"], group["lr"]
-        if weights.shape[0] <= DENSE_UPDATE_ROWS:
-            # the same update over the whole (small) table, masked to the touched rows: no data-dependent
-            # shape, so the host never waits for the GPU here (``unique`` below does, once per step)
-            summed = torch.zeros(weights.shape, dtype=grads.dtype, device=grads.device).index_add_(0, ids, grads)
-            touched = torch.zeros(weights.shape[0], dtype=torch.bool, device=weights.device).index_fill_(0, ids, True)
-            updated = (weights * decay).add_(torch.sign(summed).to(weights.dtype), alpha=-lr)
-            weights.copy_(torch.where(touched[:, None], updated, weights))
-            return
         unique, inverse = ids.unique(return_inverse=True)
         summed = torch.zeros(unique.shape[0], grads.shape[1], dtype=grads.dtype, device=grads.device)
         summed.index_add_(0, inverse, grads)

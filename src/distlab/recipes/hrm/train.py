@@ -76,7 +76,8 @@ def build(cfg: HRMConfig, session, meta: dict):
                 p.requires_grad_(False)
     model = session.wrap(core)
     opts = build_optimizers(unwrap(model), cfg.optimizer, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2),
-                            cfg.puzzle_emb_lr, cfg.puzzle_emb_weight_decay, cfg.optim.state_dtype, rt=rt)
+                            cfg.puzzle_emb_lr, cfg.puzzle_emb_weight_decay, cfg.optim.state_dtype, rt=rt,
+                            equal_rows=True)  # every rank takes global_batch_size / world_size examples a step
     decay = 0.999 if cfg.arch.ema_decay is None else cfg.arch.ema_decay
     ema = EMA(unwrap(model), decay, warmup=cfg.ema_warmup) if cfg.ema else None
     return model, opts, ema
