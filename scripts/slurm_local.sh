@@ -8,6 +8,8 @@
 #                                      need it). Exits 3 when SLURM is not installed.
 #   scripts/slurm_local.sh stop DIR    stop the daemons started from DIR
 #
+# The node offers SLURM_FAKE_GPUS (default 8) GPUs that are only /dev/null stand-ins, so GPU scripts are accepted
+# and scheduled unchanged; what they would run on real GPUs is tested with a stand-in interpreter.
 # Everything (config, munge key/socket, state, spool, logs) lives under DIR, nothing is written to /etc, so
 # several clusters can be tried side by side and 'rm -rf DIR' undoes it. Ports default to 6817/6818 and can be
 # moved with SLURMCTLD_PORT / SLURMD_PORT.
@@ -39,6 +41,7 @@ install_packages() {
 
 write_config() {
   local host cpus mem_mb
+  FAKE_GPUS=${SLURM_FAKE_GPUS:-8}
   host=$(hostname -s)
   cpus=$(nproc --all)
   # Leave 5% of memory unaccounted: slurmd refuses a node whose RealMemory exceeds what it measures.
@@ -69,6 +72,8 @@ SwitchType=switch/none
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
+# $FAKE_GPUS stand-in GPUs (see gres.conf): scripts with --gres=gpu:N are scheduled as on a GPU node
+GresTypes=gpu
 JobCompType=jobcomp/none
 JobRequeue=1
 ReturnToService=2
@@ -77,9 +82,17 @@ MinJobAge=600
 KillWait=5
 # A test cluster should react at once: run the scheduler every second, not every minute.
 SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1
-NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+NodeName=$host CPUs=$cpus RealMemory=$mem_mb Gres=gpu:$FAKE_GPUS State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
+  # slurmd counts one GPU per device file: copies of /dev/null stand in for /dev/nvidia* (plain files where
+  # mknod is not allowed; slurmd then logs "not a valid character device" and counts them anyway)
+  mkdir -p "$DIR/fake_gpus"
+  for i in $(seq 0 $((FAKE_GPUS - 1))); do
+    [ -e "$DIR/fake_gpus/nvidia$i" ] || mknod "$DIR/fake_gpus/nvidia$i" c 1 3 2>/dev/null || : >"$DIR/fake_gpus/nvidia$i"
+  done
+  echo "AutoDetect=off
+Name=gpu File=$DIR/fake_gpus/nvidia[0-$((FAKE_GPUS - 1))]" >"$DIR/gres.conf"
 }
 
 start_munge() {

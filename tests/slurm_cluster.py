@@ -125,3 +125,36 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         subprocess.run(["bash", str(SCRIPT), "stop", str(root)], env=env, capture_output=True, timeout=60)
+
+
+# A stand-in for the interpreter a generated job runs (``--python``): records what the node would exec. A CPU
+# machine cannot run a GPU job, but it can check that the job starts distlab's GPU launcher with the right flags.
+_RECORDER = """#!/bin/bash
+node=${{SLURM_NODEID:-0}}
+printf '%s\\n' "$@" > {record}/argv-node$node
+env > {record}/env-node$node
+"""
+
+
+def write_recorder(path: Path, record_dir: Path) -> Path:
+    """An executable at ``path`` that writes its argv and environment to ``record_dir/{argv,env}-node<N>``."""
+    record_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(_RECORDER.format(record=record_dir))
+    path.chmod(0o755)
+    return path
+
+
+def recorded(record_dir: Path, node: int = 0) -> tuple[list[str], dict[str, str]]:
+    """What the recorder saw on ``node``: its argv and its environment."""
+    argv = (record_dir / f"argv-node{node}").read_text().splitlines()
+    env = dict(line.split("=", 1) for line in (record_dir / f"env-node{node}").read_text().splitlines()
+               if "=" in line)
+    return argv, env
+
+
+def launch_args(argv: list[str]):
+    """``python -m distlab.cli train ...`` as distlab's own parser reads it: (options, overrides)."""
+    from distlab.cli import build_parser
+
+    assert argv[:3] == ["-m", "distlab.cli", "train"], argv
+    return build_parser("train").parse_known_args(argv[2:])

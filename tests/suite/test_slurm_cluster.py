@@ -16,6 +16,7 @@ import yaml
 
 from distlab.suite.slurm import REQUEUE_EXIT_CODE, SbatchOptions, render_script, write_slurm_scripts
 from distlab.suite.spec import load_suite
+from slurm_cluster import launch_args, recorded, write_recorder
 
 # Stands in for the python interpreter of a training job: records its arguments in run.dir and finishes.
 FAKE_PYTHON = """#!/bin/bash
@@ -82,7 +83,7 @@ def test_generated_suite_scripts_complete_on_slurm(slurm, tmp_path):
         assert {t["JobState"] for t in tasks} == {"COMPLETED"}, tasks
     for run in suite.runs(2):
         recorded = (project / run.out_dir / "argv.txt").read_text().splitlines()
-        assert recorded == ["-m", "distlab.cli", *run.argv("hrm")]
+        assert recorded == ["-m", "distlab.cli", "train", "hrm", "--procs", "1", *run.overrides]
     logs = sorted(bundle.log_dir.glob("tiny-*_*_*.out"))
     assert len(logs) == 4 and all("training exited with status 0" in p.read_text() for p in logs)
 
@@ -123,3 +124,54 @@ def test_usr1_checkpoints_requeues_and_resumes_to_the_same_result(slurm, tmp_pat
     assert "start at 0" in log and f"checkpointed at {stopped_at}" in log and f"start at {stopped_at}" in log
     status = REQUEUE_EXIT_CODE if mode == "exit75" else 0
     assert f"training exited with status {status}" in log and "requeueing job" in log
+
+
+# The local cluster's node offers 8 stand-in GPUs (scripts/slurm_local.sh): GPU scripts are submitted unchanged and
+# scheduled, and a recorder in place of the interpreter shows what each node would exec.
+
+def test_gpu_suite_job_is_scheduled_on_gpus_and_execs_distlab_train_gpus(slurm, tmp_path):
+    record = tmp_path / "record"
+    fake = write_recorder(tmp_path / "fakepython", record)
+    bundle = write_slurm_scripts(load_suite("baseline"), tmp_path / "slurm", gpus_per_node=8, nodes=1,
+                                 cpus_per_task=1, mem="100M", time="5", seeds=1, python=str(fake),
+                                 setup=["export FROM_SETUP=1"])
+    out = subprocess.run([str(bundle.submit_all)], cwd=tmp_path, env=slurm.env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    job_id = out.split("-> job ")[1].split()[0]
+    assert [t["JobState"] for t in slurm.wait_final(job_id)] == ["COMPLETED"]
+    argv, env = recorded(record)
+    opts, overrides = launch_args(argv)
+    assert opts.gpus == 8 and opts.procs is None and "dist.backend=gloo" not in overrides
+    assert env["SLURM_GPUS_ON_NODE"] == "8" and env["FROM_SETUP"] == "1"
+
+
+def test_two_node_script_runs_its_launcher_under_srun_with_the_node_rank(slurm, tmp_path):
+    """This cluster has one node, so the 2-node script is submitted with sbatch --nodes=1 (the command line wins
+    over #SBATCH): srun, the per-node wrapper and the rendezvous address are the real ones."""
+    record = tmp_path / "record"
+    fake = write_recorder(tmp_path / "fakepython", record)
+    bundle = write_slurm_scripts(load_suite("baseline"), tmp_path / "slurm", gpus_per_node=2, nodes=2,
+                                 cpus_per_task=1, mem="100M", time="5", seeds=1, python=str(fake))
+    job_id = slurm.cmd("sbatch", "--parsable", "--nodes=1", str(bundle.scripts[0]), cwd=tmp_path).strip()
+    assert [t["JobState"] for t in slurm.wait_final(job_id)] == ["COMPLETED"]
+    argv, env = recorded(record)
+    opts, _ = launch_args(argv)
+    host = slurm.cmd("scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]).split()[0]
+    assert (opts.gpus, opts.procs, opts.nodes, opts.node_rank, opts.rdzv_backend) == (2, None, 2, 0, "c10d")
+    assert (opts.master_addr, opts.master_port) == (host, 20000 + int(job_id) % 20000)
+    assert "SLURM_STEP_ID" in env and "SLURM_PROCID" not in env  # started by srun, not taken for a rank
+
+
+def test_distlab_slurm_gpu_script_runs_train_gpus_with_sbatch_overrides(slurm, tmp_path):
+    from clitools import run_cli
+
+    record = tmp_path / "record"
+    fake = write_recorder(tmp_path / "fakepython", record)
+    run_cli(["slurm", "toy", "steps=2", "--gpus", "2", "--cpus-per-task", "1", "--mem", "100M", "--time", "5",
+             "--python", str(fake), "--setup", "export FROM_SETUP=1", "-o", "job.sh"], tmp_path)
+    job_id = slurm.cmd("sbatch", "--parsable", "job.sh", "steps=5", cwd=tmp_path).strip()
+    assert [t["JobState"] for t in slurm.wait_final(job_id)] == ["COMPLETED"]
+    argv, env = recorded(record)
+    opts, overrides = launch_args(argv)
+    assert (opts.gpus, opts.procs, opts.nodes) == (2, None, 1) and overrides[-1] == "steps=5"
+    assert env["SLURM_GPUS_ON_NODE"] == "2" and env["FROM_SETUP"] == "1"

@@ -24,8 +24,11 @@ if TYPE_CHECKING:
 SCALE_DEFAULTS = {"scale.batch": "linear", "scale.lr": "sqrt"}
 RUN_FLAGS = ["--seeds", "--gpus", "--procs", "--parallel", "--smoke", "--scale", "--dry-run", "--root", "--logs",
              "--no-report", "--create-slurm", "--test"]
-SLURM_FLAGS = ["--out", "--gpus-per-node", "--nodes", "--cpus-per-task", "--mem", "--time", "--partition",
-               "--account", "--python", "--signal-s"]
+SLURM_FLAGS = ["--out", "--gpus-per-node", "--nodes", "--cpus-per-task", "--mem", "--cpus-per-gpu", "--mem-per-gpu",
+               "--setup", "--time", "--partition", "--account", "--python", "--signal-s"]
+# defaults of the SLURM options; 'suite run' parses them as None so that one given without --create-slurm is seen
+SLURM_DEFAULTS = {"out": "slurm_scripts", "gpus_per_node": 1, "nodes": 1, "time": "24:00:00", "python": "python",
+                  "signal_s": 120}
 
 
 # ----------------------------------------------------------------------------------------------- parser
@@ -50,7 +53,7 @@ def register(subparsers) -> None:
                      help="significance test of the final report")
     run.add_argument("--create-slurm", action="store_true", help="write SLURM scripts instead of running "
                                                                  "(same as 'distlab suite slurm')")
-    _add_slurm_options(run.add_argument_group("with --create-slurm"))
+    _add_slurm_options(run.add_argument_group("with --create-slurm"), unset=True)
     run.set_defaults(func=cmd_run)
     slurm = sub.add_parser("slurm", help="write one sbatch job array per experiment and submit_all.sh")
     _add_target(slurm)
@@ -81,17 +84,37 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="experiment_results", help="results root (default experiment_results)")
 
 
-def _add_slurm_options(p) -> None:
-    p.add_argument("--out", default="slurm_scripts", help="folder for the scripts (default slurm_scripts)")
-    p.add_argument("--gpus-per-node", type=int, default=1, help="GPUs per node; 0 for a CPU cluster")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--cpus-per-task", type=int, default=8)
-    p.add_argument("--mem", default="64G")
-    p.add_argument("--time", default="24:00:00", help="time limit per job (requeued jobs resume)")
+def _add_slurm_options(p, unset: bool = False) -> None:
+    """The sbatch options; ``unset`` leaves every default None (filled in by :func:`_slurm_defaults`)."""
+    from distlab.slurm import add_node_options
+
+    d = {k: None for k in SLURM_DEFAULTS} if unset else SLURM_DEFAULTS
+    p.add_argument("--out", default=d["out"], help="folder for the scripts (default slurm_scripts)")
+    p.add_argument("--gpus-per-node", type=int, default=d["gpus_per_node"],
+                   help="GPUs per node, each run launched with --gpus N (default 1); 0 for a CPU cluster (--procs)")
+    p.add_argument("--nodes", type=int, default=d["nodes"], help="nodes per run; each runs one launcher, started "
+                                                                 "by srun")
+    add_node_options(p)
+    p.add_argument("--time", default=d["time"], help="time limit per job (requeued jobs resume; default 24:00:00)")
     p.add_argument("--partition")
     p.add_argument("--account")
-    p.add_argument("--python", default="python", help="interpreter the jobs run (default: python on PATH)")
-    p.add_argument("--signal-s", type=int, default=120, help="seconds before the limit SLURM warns the job")
+    p.add_argument("--python", default=d["python"], help="interpreter the jobs run (default: python on PATH, "
+                                                         "after --setup)")
+    p.add_argument("--signal-s", type=int, default=d["signal_s"],
+                   help="seconds before the limit SLURM warns the job (default 120)")
+
+
+def _slurm_given(a: argparse.Namespace) -> list[str]:
+    """The SLURM options on a ``suite run`` command line (all parsed as None there unless given)."""
+    return [flag for flag in SLURM_FLAGS if getattr(a, flag[2:].replace("-", "_"), None) is not None]
+
+
+def _slurm_defaults(a: argparse.Namespace) -> argparse.Namespace:
+    """``suite run --create-slurm``: the SLURM options not given take ``suite slurm``'s defaults."""
+    for key, value in SLURM_DEFAULTS.items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    return a
 
 
 def _seeds_arg(text: str) -> int | list[int]:
@@ -148,16 +171,18 @@ def _check_runs(suite: Suite, seeds, scale: str | None, root: str) -> None:
 
 def cmd_slurm(a: argparse.Namespace, extra: list[str]) -> int:
     """Write the suite's sbatch scripts and say how to submit them."""
-    from distlab.suite.slurm import write_slurm_scripts
+    from distlab.slurm import per_gpu
+    from distlab.suite.slurm import scale_line, write_slurm_scripts
 
     suite = _load(a.suite, extra, ["--procs", *SLURM_FLAGS, "--seeds", "--smoke", "--scale", "--root"])
     _check_runs(suite, a.seeds, a.scale, a.root)
     bundle = write_slurm_scripts(suite, a.out, gpus_per_node=a.gpus_per_node, nodes=a.nodes,
                                  cpus_per_task=a.cpus_per_task, mem=a.mem, time=a.time, seeds=a.seeds,
                                  partition=a.partition, account=a.account, scale=a.scale, python=a.python,
-                                 signal_s=a.signal_s, procs_per_node=a.procs, results_root=a.root)
+                                 signal_s=a.signal_s, procs_per_node=a.procs, results_root=a.root, **per_gpu(a))
     runs = len(suite.runs(a.seeds, scale=a.scale, root=a.root))
     print(f"wrote {len(bundle.scripts)} job arrays ({runs} runs) for suite {suite.name} to {Path(a.out)}")
+    print(f"  {scale_line(suite, a.scale)}")
     print(f"submit from the project root (results go to {a.root}/{suite.name}/):")
     print(f"  bash {shlex.quote(_relative(bundle.submit_all))}")
     print(f"then: distlab suite report {suite.name} --root {a.root}")
@@ -226,7 +251,14 @@ def _finite(summary: dict[str, Any] | None) -> dict[str, Any] | None:
 def cmd_run(a: argparse.Namespace, extra: list[str]) -> int:
     """Run (or print, or write SLURM scripts for) every experiment x seed."""
     if a.create_slurm:
-        return cmd_slurm(a, extra)
+        if a.gpus is not None:
+            raise DistlabError(f"--gpus {a.gpus} is for runs on this machine; with --create-slurm give "
+                               f"--gpus-per-node {a.gpus} (GPUs of each cluster node)")
+        return cmd_slurm(_slurm_defaults(a), extra)
+    given = _slurm_given(a)
+    if given:
+        raise DistlabError(f"{', '.join(given)} only apply to SLURM scripts; add --create-slurm (or use 'distlab "
+                           f"suite slurm'), or drop {'them' if len(given) > 1 else 'it'} to run here")
     from distlab.suite.runner import device_slots, plan, print_plan, run_suite, visible_gpus
 
     suite = _load(a.suite, extra, [*RUN_FLAGS, *SLURM_FLAGS])

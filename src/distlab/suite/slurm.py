@@ -24,6 +24,11 @@ REQUEUE_EXIT_CODE = 75  # EX_TEMPFAIL: "checkpointed because asked to stop; run 
 _TIME_RE = re.compile(r"^(\d+-\d+(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2}|infinite|unlimited)$", re.I)
 _MEM_RE = re.compile(r"^\d+[KMGT]?$")
 TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+# per-GPU (per-process on CPU nodes) defaults of --cpus-per-task and --mem: an 8-GPU job asks 64 CPUs, 256G
+CPUS_PER_GPU = 8
+MEM_PER_GPU = "32G"
+CPUS_PER_PROC = 4
+MEM_PER_PROC = "8G"
 
 
 @dataclass(frozen=True)
@@ -56,44 +61,149 @@ class SlurmBundle:
 
 
 def write_slurm_scripts(suite: Suite, out_dir: str | os.PathLike, *, gpus_per_node: int, nodes: int,
-                        cpus_per_task: int, mem: str, time: str, seeds: int | Iterable[int],
-                        partition: str | None = None, account: str | None = None,
+                        time: str, seeds: int | Iterable[int], cpus_per_task: int | None = None,
+                        mem: str | None = None, partition: str | None = None, account: str | None = None,
                         extra_sbatch: Sequence[str] = (), scale: str | None = None, python: str = "python",
                         requeue: bool = True, signal_s: int = 120, procs_per_node: int | None = None,
-                        results_root: str = "experiment_results", workdir: str | None = None) -> SlurmBundle:
+                        results_root: str = "experiment_results", workdir: str | None = None,
+                        setup: Sequence[str] = (), cpus_per_gpu: int = CPUS_PER_GPU,
+                        mem_per_gpu: str = MEM_PER_GPU) -> SlurmBundle:
     """One ``<experiment>.sbatch`` per experiment (seeds = array tasks) and an executable ``submit_all.sh``.
 
     Jobs run in the directory ``submit_all.sh`` is called from (or ``workdir``), where ``run.dir`` paths
-    (``<results_root>/<suite>/<exp>/seed<k>``) are created. One node runs ``distlab train ... --procs N``;
-    several nodes run ``srun`` + ``torch.distributed.run`` with a c10d rendezvous on the first node.
+    (``<results_root>/<suite>/<exp>/seed<k>``) are created. GPU nodes run ``distlab train ... --gpus N`` (NCCL),
+    CPU nodes ``--procs N`` (gloo); several nodes start one such launcher per node through ``srun``
+    (:func:`launch_plan`). ``cpus_per_task``/``mem`` default to per-GPU (per-process on CPU) amounts.
     """
-    _validate(gpus_per_node, nodes, cpus_per_task, mem, time, signal_s)
-    procs = procs_per_node if procs_per_node is not None else max(1, gpus_per_node)
-    if procs < 1:
-        raise DistlabError(f"procs_per_node={procs}: need at least one training process per node")
+    plan = launch_plan(python, nodes, gpus_per_node, procs_per_node)
+    cpus, mem = node_resources(gpus_per_node, plan.procs, cpus_per_task, mem, cpus_per_gpu, mem_per_gpu)
+    _validate(gpus_per_node, nodes, cpus, mem, time, signal_s)
+    check_setup(setup)
     specs = suite.runs(seeds, scale=scale, root=results_root)  # a bad seed list or scale fails before any write
     out = Path(out_dir).resolve()
     log_dir = out / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    about = [scale_line(suite, scale), plan.describe(nodes)]
     scripts = []
     for exp in suite.experiments:
         runs = [r for r in specs if r.experiment == exp]
         opts = SbatchOptions(job_name=f"{suite.name}-{exp}", nodes=nodes, gpus_per_node=gpus_per_node,
-                             cpus_per_task=cpus_per_task, mem=mem, time=time, array_size=len(runs),
+                             cpus_per_task=cpus, mem=mem, time=time, array_size=len(runs),
                              output=str(log_dir / "%x_%A_%a.out"), partition=partition, account=account,
                              workdir=workdir, requeue=requeue, signal_s=signal_s, extra=tuple(extra_sbatch))
-        commands = [_train_args(r.argv(suite.recipe), procs if nodes == 1 else 1) for r in runs]
-        launcher = _launcher(python, nodes, procs)
+        commands = [plan.train_argv(r.argv(suite.recipe)) for r in runs]
         path = out / f"{exp}.sbatch"
         done = [str(r.out_dir / "summary.json") for r in runs]
-        atomic_write_text(path, render_script(opts, commands, launcher, setup=_setup(nodes), done_files=done,
-                                              python=python))
+        atomic_write_text(path, render_script(opts, commands, plan.launcher, setup=_setup(nodes), done_files=done,
+                                              python=python, env_setup=setup, about=about))
         path.chmod(0o755)
         scripts.append(path)
     submit = out / "submit_all.sh"
     atomic_write_text(submit, render_submit_all(suite.name, scripts, log_dir))
     submit.chmod(0o755)
     return SlurmBundle(scripts, submit, log_dir)
+
+
+def scale_line(suite: Suite, scale: str | None) -> str:
+    """The size the runs train at, said in the script: full-size settings are hours per run on a GPU node, and
+    a user who meant ``--smoke`` or ``--scale h200`` should see that before submitting, not after."""
+    others = ", ".join(f"--scale {s}" for s in suite.scales)
+    if scale is None:
+        return ("scale: full size (the suite's published settings)"
+                + (f"; smaller sizes: {others}" if others else ""))
+    return f"scale: {scale} (the suite's '{scale}' blocks; leave --scale out for full size)"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How one node starts training: raw bash words in front of the command, and launch flags inside it.
+
+    The flags go after ``train RECIPE`` (before the overrides), so the script shows them where
+    ``distlab train --help`` documents them.
+    """
+
+    launcher: str
+    flags: tuple[str, ...]
+    procs: int
+    gpus: int
+
+    def train_argv(self, argv: Sequence[str]) -> list[str]:
+        """``train <recipe> <flags> overrides...``."""
+        return [*argv[:2], *self.flags, *argv[2:]]
+
+    def describe(self, nodes: int) -> str:
+        per_node = f"{self.gpus} GPUs per node, NCCL" if self.gpus else f"{self.procs} CPU processes per node, gloo"
+        where = "" if nodes == 1 else f"; srun starts one launcher on each of {nodes} nodes"
+        return f"launch: distlab train {' '.join(self.flags)} ({per_node}{where})"
+
+
+def launch_plan(python: str, nodes: int, gpus_per_node: int, procs_per_node: int | None = None) -> LaunchPlan:
+    """GPU nodes launch ``--gpus N`` (one NCCL rank per GPU, or per ``dist.devices_per_rank`` GPUs), CPU nodes
+    ``--procs N`` (gloo): never ``--procs`` on a GPU node, which would train on its CPUs.
+
+    Several nodes: ``srun`` starts distlab's own launcher once per node with ``--nodes N`` and a c10d rendezvous
+    on the first node; the node rank, address and port are filled in on each node (:data:`NODE_WRAPPER`).
+    """
+    check_python(python)
+    if gpus_per_node > 0 and procs_per_node is not None:
+        raise DistlabError(f"--procs {procs_per_node} is for CPU nodes (gloo); a GPU node runs one rank per GPU "
+                           f"(dist.devices_per_rank=K for K GPUs a rank): drop --procs or use --gpus-per-node 0")
+    if procs_per_node is not None and procs_per_node < 1:
+        raise DistlabError(f"procs_per_node={procs_per_node}: need at least one training process per node")
+    procs = gpus_per_node if gpus_per_node > 0 else (procs_per_node or 1)
+    flags: list[str] = ["--gpus", str(gpus_per_node)] if gpus_per_node > 0 else ["--procs", str(procs)]
+    py = shlex.quote(python)
+    if nodes == 1:
+        return LaunchPlan(f"{py} -m distlab.cli", tuple(flags), procs, max(gpus_per_node, 0))
+    flags += ["--nodes", str(nodes), "--rdzv-backend", "c10d"]
+    # srun of SLURM 22.05-23.02 does not inherit the job's --cpus-per-task: without it every rank of a node
+    # would share one CPU
+    cpus = "${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}"
+    launcher = (f'srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 {cpus} --kill-on-bad-exit=1 '
+                f"bash -c {shlex.quote(NODE_WRAPPER)} distlab-node {py} -m distlab.cli")
+    return LaunchPlan(launcher, tuple(flags), procs, max(gpus_per_node, 0))
+
+
+# Run by srun on every node, with the training argv as "$@". The launcher is not a rank itself: without
+# SLURM_PROCID it does not take srun's one-task-per-node layout for the ranks (distlab.dist.detect_env) and
+# starts its own per-GPU ranks. exec, so srun's signals (the forwarded SIGUSR1) reach it directly.
+NODE_WRAPPER = ('unset SLURM_PROCID; exec "$@" --node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR" '
+                '--master-port "$MASTER_PORT"')
+
+def node_resources(gpus_per_node: int, procs: int, cpus_per_task: int | None, mem: str | None,
+                   cpus_per_gpu: int = CPUS_PER_GPU, mem_per_gpu: str = MEM_PER_GPU) -> tuple[int, str]:
+    """``--cpus-per-task`` and ``--mem`` of the node's one task: as given, else per GPU (per process on CPU).
+
+    A fixed 8 CPUs / 64G would starve an 8-GPU node (data loading, sandboxes) and over-ask on a 1-GPU one.
+    """
+    count = gpus_per_node if gpus_per_node > 0 else max(procs, 1)
+    each_cpu, each_mem = (cpus_per_gpu, mem_per_gpu) if gpus_per_node > 0 else (CPUS_PER_PROC, MEM_PER_PROC)
+    if cpus_per_task is None and each_cpu < 1:
+        raise DistlabError(f"--cpus-per-gpu {each_cpu}: need at least 1 CPU per GPU")
+    return (cpus_per_task if cpus_per_task is not None else each_cpu * count,
+            mem if mem is not None else scale_mem(each_mem, count))
+
+
+def scale_mem(mem: str, times: int) -> str:
+    """``32G`` x 8 = ``256G``, in the unit given (none = MB, as SLURM reads it)."""
+    if not _MEM_RE.match(str(mem)):
+        raise DistlabError(f"mem={mem!r} is not a SLURM memory size; write e.g. 32G, 512M or 16000 (MB)")
+    number, unit = (mem[:-1], mem[-1]) if mem[-1].isalpha() else (mem, "")
+    return f"{int(number) * times}{unit}"
+
+
+def check_python(python: str) -> None:
+    """An empty ``--python`` would write ``PYTHON=''`` and fail on the node, after the queue wait."""
+    if not str(python).strip():
+        raise DistlabError("--python is empty; give the interpreter on the cluster nodes, e.g. --python python3 "
+                           "or --python /path/to/venv/bin/python (default: python on PATH after --setup)")
+
+
+def check_setup(setup: Sequence[str]) -> None:
+    for line in setup:
+        if not line.strip():
+            raise DistlabError("--setup is empty; give a bash command run before training, e.g. "
+                               "--setup 'source venv/bin/activate' or --setup 'module load cuda'")
 
 
 def sbatch_header(opts: SbatchOptions) -> list[str]:
@@ -119,13 +229,16 @@ def sbatch_header(opts: SbatchOptions) -> list[str]:
 
 
 def render_script(opts: SbatchOptions, commands: Sequence[Sequence[str]], launcher: str = "",
-                  setup: str = "", done_files: Sequence[str] | None = None, python: str = "python") -> str:
+                  setup: str = "", done_files: Sequence[str] | None = None, python: str = "python",
+                  env_setup: Sequence[str] = (), about: Sequence[str] = ()) -> str:
     """A complete sbatch script: header, per-array-index command, signal forwarding and requeue.
 
     ``commands[i]`` is the argv of array task i (quoted here); ``launcher`` is raw bash words put in front
     of it (it may use variables such as ``$MASTER_ADDR``); ``setup`` is raw bash run before launching.
     ``done_files[i]`` is the file whose presence (and, for JSON, a ``status`` other than ``completed`` absent)
     means task i finished: after SIGUSR1 the job is requeued unless it exists, whatever the exit status was.
+    ``env_setup`` are the user's bash lines (venv, ``module load``), each run once per start, stopping the job
+    when one fails so it never trains in the wrong environment; ``about`` lines are comments under the header.
     """
     if len(commands) != opts.array_size:
         raise DistlabError(f"{len(commands)} commands for an array of {opts.array_size} tasks")
@@ -136,8 +249,10 @@ def render_script(opts: SbatchOptions, commands: Sequence[Sequence[str]], launch
         done = f" DONE={shlex.quote(str(done_files[i]))};" if done_files is not None else ""
         cases.append(f"  {i}) CMD=({' '.join(shlex.quote(a) for a in cmd)});{done} ;;")
     requeue_block = _REQUEUE if opts.requeue else _NO_REQUEUE
-    return "\n".join(["#!/bin/bash", *sbatch_header(opts), _BODY.format(
+    notes = [f"# {line}" for text in about for line in text.splitlines()]
+    return "\n".join(["#!/bin/bash", *sbatch_header(opts), *notes, _BODY.format(
         cases="\n".join(cases), launcher=launcher, setup=setup, requeue_exit=REQUEUE_EXIT_CODE,
+        env_setup=render_env_setup(env_setup),
         requeue_block=requeue_block, python=shlex.quote(python), signals=TORCHRUN_SIGNALS)])
 
 
@@ -146,18 +261,16 @@ def render_submit_all(suite_name: str, scripts: Sequence[Path], log_dir: Path) -
     return _SUBMIT.format(suite=suite_name, names=names, log_dir=shlex.quote(str(log_dir)))
 
 
-def _train_args(argv: list[str], procs: int) -> list[str]:
-    """``train <recipe> [--procs N] overrides...``: options before the free-form overrides."""
-    return [*argv[:2], "--procs", str(procs), *argv[2:]] if procs > 1 else list(argv)
-
-
-def _launcher(python: str, nodes: int, procs: int) -> str:
-    py = shlex.quote(python)
-    if nodes == 1:
-        return f"{py} -m distlab.cli"
-    return (f'srun --ntasks-per-node=1 --kill-on-bad-exit=1 {py} -m torch.distributed.run '
-            f'--nnodes "$SLURM_NNODES" --nproc-per-node {procs} --rdzv-id "$SLURM_JOB_ID" '
-            f'--rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" -m distlab.cli')
+def render_env_setup(lines: Sequence[str]) -> str:
+    """The ``--setup`` block: nounset off around it (venv and module scripts read unset variables), and a
+    failing line ends the job with its text, instead of training with the wrong interpreter."""
+    if not lines:
+        return ""
+    out = ["# environment (--setup)", "set +u"]
+    for line in lines:
+        msg = shlex.quote(f"[distlab] --setup command failed: {line}; fix it and resubmit")
+        out.append(f"{{ {line}\n}} || {{ echo {msg} >&2; exit 1; }}")
+    return "\n".join([*out, "set -u"])
 
 
 def _setup(nodes: int) -> str:
@@ -217,6 +330,7 @@ case "${{SLURM_ARRAY_TASK_ID:-0}}" in
 {cases}
   *) echo "[distlab] no command for array task ${{SLURM_ARRAY_TASK_ID}}" >&2; exit 2 ;;
 esac
+{env_setup}
 {setup}
 echo "[distlab] $(date '+%F %T') job ${{SLURM_JOB_ID:-?}} task ${{SLURM_ARRAY_TASK_ID:-0}}" \
   "restart ${{SLURM_RESTART_COUNT:-0}} on $(hostname)"
