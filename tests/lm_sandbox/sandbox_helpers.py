@@ -1,5 +1,6 @@
 """Process checks shared by the sandbox tests (a module of its own: every test directory has a conftest)."""
 
+import json
 import logging
 import os
 import socket
@@ -306,3 +307,112 @@ def isolation_log(fn):
         logger.removeHandler(handler)
         logger.setLevel(old)
     return out, [(r.levelname, r.getMessage()) for r in records if "isolation" in r.getMessage().lower()]
+
+
+# Programs that go after what the host keeps readable (issue 45.1): a data set with the reference solutions, a run's
+# config and checkpoints, the repository's tests, the homes, the parent's environment, other processes' /proc. Each
+# passes only if it read the thing, so a pass is a leak; the planted files are readable by everyone.
+SECRET_TASK = 4242424
+SECRET_TESTS = "assert secret_mix(2, 3) == 65\nassert secret_mix(0, 7) == 7\n"
+
+
+def plant_secrets(base: Path, tag: str) -> dict[str, str]:
+    """A data set in MBPP's layout holding a task's reference solution, and a run directory with a config and a
+    checkpoint, under ``base`` (outside the temp dirs); every file world-readable. Returns their paths."""
+    data = base / "shared" / "data" / "mbpp"
+    data.mkdir(parents=True)
+    task = {"task_id": SECRET_TASK, "text": "mix two numbers", "code": "def secret_mix(a, b):\n    return a * 31 + b\n",
+            "test_list": SECRET_TESTS.splitlines()}
+    (data / "mbpp.jsonl").write_text('{"task_id": 1, "code": "x = 1"}\n' + json.dumps(task) + "\n")
+    run = base / "runs" / f"grpo-{tag}"
+    ckpt = run / "checkpoints" / "step_00000010"
+    ckpt.mkdir(parents=True)
+    (run / "config.yaml").write_text(f"secret: {tag}\n")
+    (ckpt / "state.pt").write_bytes(b"\x80\x02" + tag.encode() + b"\x00" * 64)
+    for p in [base, *base.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return {"dataset": str(data / "mbpp.jsonl"), "config": str(run / "config.yaml"),
+            "checkpoint": str(ckpt / "state.pt"), "run": str(run)}
+
+
+LEAK = """import json, os, time
+TASK, HINTS = {task!r}, {hints!r}
+def candidates():
+    yield from HINTS  # where an attacker looks first: the copies it knows of, ../shared of the repository
+    deadline = time.monotonic() + 0.3
+    for root, dirs, files in os.walk('/'):
+        if time.monotonic() > deadline:
+            return
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in ('/proc', '/sys', '/dev', '/usr')]
+        if 'mbpp.jsonl' in files:
+            yield os.path.join(root, 'mbpp.jsonl')
+done = False
+for path in candidates():
+    try:
+        with open(path) as fh:
+            for line in fh:
+                task = json.loads(line)
+                if task.get('task_id') == TASK:
+                    exec(task['code'], globals())
+                    done = True
+                    break
+    except (OSError, ValueError):
+        continue
+    if done:
+        break
+"""
+
+
+HOMES = """import os
+found = []
+for d in ['/root'] + ['/home/' + n for n in (os.listdir('/home') if os.path.isdir('/home') else [])]:
+    try:
+        for f in os.listdir(d):
+            if f.startswith('.') and os.path.isfile(d + '/' + f):
+                with open(d + '/' + f, 'rb') as fh:
+                    found.append(fh.read(64))
+    except OSError:
+        pass
+"""
+
+
+def read_attacks(tag: str, planted: dict[str, str], repo: str, marker: str) -> dict[str, tuple[bool, str, str]]:
+    """name -> (may it pass, program, tests): none may. ``planted``: see :func:`plant_secrets`; ``marker``: a
+    string that only the parent's environment and another process's command line hold."""
+    shared_mbpp = os.path.join(os.path.dirname(repo), "shared", "data", "mbpp", "mbpp.jsonl")
+    hints = [planted["dataset"], shared_mbpp, "/work/shared/data/mbpp/mbpp.jsonl"]
+    attacks = {
+        "dataset_leak": (False, LEAK.format(task=SECRET_TASK, hints=hints), SECRET_TESTS),
+        "run_config": (False, f"found = []\nfor p in ({planted['config']!r}, {planted['checkpoint']!r}):\n"
+                              "    try:\n        found.append(open(p, 'rb').read())\n    except OSError:\n"
+                              "        pass\nimport os\ntry:\n"
+                              f"    found += os.listdir({planted['run']!r} + '/checkpoints')\nexcept OSError:\n"
+                              f"    pass\nok = any({tag!r}.encode() in f or f == 'step_00000010' for f in found)\n",
+                       "assert ok\n"),
+        "repo_tests": (False, "import os\nfound = []\nfor root, dirs, files in os.walk(" f"{repo!r} + '/tests'):\n"
+                              "    found += [f for f in files if f.startswith('test_')]\n", "assert found\n"),
+        "homes": (False, HOMES, "assert found\n"),
+        "parent_env": (False, "import os\nfound = [v for v in os.environ.values() if " f"{marker!r} in v]\n"
+                              "for p in filter(str.isdigit, os.listdir('/proc')):\n    try:\n"
+                              "        if " f"{marker!r}.encode() in open('/proc/%s/environ' % p, 'rb').read():\n"
+                              "            found.append(p)\n    except OSError:\n        pass\n", "assert found\n"),
+        "proc_others": (False, "import os\nfound = []\nfor p in filter(str.isdigit, os.listdir('/proc')):\n"
+                               "    try:\n        cmd = open('/proc/%s/cmdline' % p, 'rb').read()\n"
+                               "    except OSError:\n        continue\n"
+                               "    if " f"{marker!r}.encode() in cmd or b'pytest' in cmd:\n        found.append(p)\n",
+                        "assert found\n"),
+    }
+    if os.path.isfile(shared_mbpp):  # the real MBPP copy of issue 45, where this checkout has one
+        with open(shared_mbpp) as fh:
+            task = next(t for t in map(json.loads, fh) if t["task_id"] == 11)
+        attacks["dataset_leak_mbpp"] = (False, LEAK.format(task=11, hints=hints), "\n".join(task["test_list"]) + "\n")
+    return attacks
+
+
+def marker_process(marker: str) -> "subprocess.Popen":
+    """A process of the host's whose command line and environment hold ``marker``, for the /proc attacks."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker],
+                            env={**os.environ, "DISTLAB_SBX_MARKER": marker}, stdin=subprocess.DEVNULL)

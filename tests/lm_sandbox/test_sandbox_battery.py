@@ -4,7 +4,10 @@ The token attacks (frames, gc, inspect, tracebacks, /proc, ptrace, a patched mat
 when the program shared an interpreter with the runner's token; see ``sandbox_helpers.TOKEN_ATTACKS``. The file
 system attacks (files in /tmp, /var/tmp, /dev/shm and /run/lock, a Unix socket in /tmp, System V shared memory,
 connecting to the host's Unix sockets, writing into the repository or a run directory) each got out when the
-sandbox shared the host's file system; see ``sandbox_helpers.fs_attacks``.
+sandbox shared the host's file system; see ``sandbox_helpers.fs_attacks``. The read attacks (a data set's reference
+solution found by a walk, a run's config and checkpoint, the repository's tests, the homes, the parent's environment,
+other processes' /proc) each passed, the first four under the read-only view alone; see
+``sandbox_helpers.read_attacks``.
 """
 
 import os
@@ -17,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from sandbox_helpers import (ESCAPE, TOKEN_ATTACKS, accepted, fs_attacks, fs_escapes, leftovers, listen_unix,
-                             make_run_dir, my_zombies, outside_dir)
+                             make_run_dir, marker_process, my_zombies, outside_dir, plant_secrets, read_attacks)
 
 import distlab
 from distlab.recipes.lm.sandbox import Sandbox
@@ -29,17 +32,22 @@ TESTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
 REPO = str(Path(distlab.__file__).resolve().parents[2])
 FS_RUNS = {"temp_files": 20, "unix_socket_in_tmp": 16, "sysv_shm": 12, "unix_socket_connect": 20, "write_repo": 16,
            "write_run_dir": 16, "nested_userns": 10}
+READ_RUNS = {"dataset_leak": 12, "dataset_leak_mbpp": 12, "run_config": 10, "repo_tests": 10, "homes": 10,
+             "parent_env": 8, "proc_others": 8}
 
 
-def _kinds(port: int, marker_dir: str, precious: str, fs: dict) -> dict[str, tuple[int, bool, str, str]]:
+def _kinds(port: int, marker_dir: str, precious: str, fs: dict, read: dict) -> dict[str, tuple[int, bool, str, str]]:
     """name -> (how many, may it pass, program, tests). A pass of a 'may not' kind is a false pass."""
     liar = "class L:\n    def __eq__(s, o): return True\n    def __bool__(s): return True\n"
     # 8 of each token attack (16 kinds), taken from the honest, wrong and exit kinds; the file system attacks (110
-    # runs) from the honest, wrong and syntax kinds
+    # runs) from the honest, wrong and syntax kinds; the read attacks (70 runs, or 58 without ../shared's MBPP) from
+    # the honest kind
     attacks = {f"token_{name}": (8, False, *job) for name, job in TOKEN_ATTACKS.items()}
     attacks.update({f"fs_{name}": (FS_RUNS[name], *job) for name, job in fs.items()})
+    attacks.update({f"read_{name}": (READ_RUNS[name], *job) for name, job in read.items()})
+    honest = 180 - sum(READ_RUNS[name] for name in read)
     return {
-        "honest": (180, True, ADD, TESTS),
+        "honest": (honest, True, ADD, TESTS),
         "wrong": (22, False, WRONG, TESTS),
         "syntax": (20, False, "def add(a, b)\n    return a + b\n", TESTS),
         "sys_exit": (30, False, WRONG + "import sys\nsys.exit(0)\n", TESTS),
@@ -99,8 +107,12 @@ def test_thousand_runs_no_false_pass_no_escape_nothing_left(shared_dir):
     sockets = [str(shared_dir / f"{ESCAPE}{tag}.sock")] + \
         ([f"/run/{ESCAPE}{tag}.sock"] if os.access("/run", os.W_OK) else [])
     unix_servers = [listen_unix(path) for path in sockets]
+    marker = f"distlab-sbx-marker-{tag}"
+    os.environ["DISTLAB_SBX_MARKER"] = marker  # the parent's environment: the program must not see it
+    marked = marker_process(marker)
+    planted = plant_secrets(Path(run_dir).parent / "planted", tag)
     kinds = _kinds(server.getsockname()[1], str(markers), str(precious),
-                   fs_attacks(tag, sockets, REPO, str(run_dir)))
+                   fs_attacks(tag, sockets, REPO, str(run_dir)), read_attacks(tag, planted, REPO, marker))
     assert sum(k[0] for k in kinds.values()) == RUNS
     jobs = [name for name, (n, *_) in kinds.items() for _ in range(n)]
     random.Random(0).shuffle(jobs)
@@ -122,6 +134,9 @@ def test_thousand_runs_no_false_pass_no_escape_nothing_left(shared_dir):
         unix_connected = accepted(unix_servers)
         escaped = fs_escapes(tag, REPO, str(run_dir))
     finally:
+        os.environ.pop("DISTLAB_SBX_MARKER", None)
+        marked.kill()
+        marked.wait()
         server.close()
         for unix_server, path in zip(unix_servers, sockets):
             unix_server.close()
@@ -133,10 +148,13 @@ def test_thousand_runs_no_false_pass_no_escape_nothing_left(shared_dir):
         by_kind.setdefault(name, Counter())[r.status] += 1
     false_passes = [(name, r) for name, r in zip(jobs, results) if r.passed and not kinds[name][1]]
     summary = {name: dict(c) for name, c in by_kind.items()}
+    classes = Counter(name.split("_")[0] if name.startswith(("token_", "fs_", "read_")) else
+                      "honest" if name == "honest" else "other" for name in jobs)
     escapes = len(escaped) + unix_connected + len(list(markers.iterdir())) + connected + \
         (precious.read_text() != "keep")
     print(f"\n{RUNS} runs in {elapsed:.1f}s ({RUNS / elapsed:.1f}/s): {escapes} escapes, {len(false_passes)} false "
-          f"passes, {len(left)} leftover processes, {len(left_files) + len(escaped)} leftover files; {summary}")
+          f"passes, {len(left)} leftover processes, {len(left_files) + len(escaped)} leftover files; runs by class "
+          f"{dict(classes)} ({len(kinds)} kinds); {summary}")
     assert false_passes == [], false_passes[:3]
     assert left == [] and my_zombies() == [] and left_files == []
     assert list(markers.iterdir()) == [] and not connected and precious.read_text() == "keep"
@@ -154,3 +172,6 @@ def test_thousand_runs_no_false_pass_no_escape_nothing_left(shared_dir):
         assert by_kind[f"fs_{name}"]["passed"] >= 0.9 * FS_RUNS[name], (name, by_kind[f"fs_{name}"])
     for name in ("unix_socket_connect", "write_repo", "write_run_dir", "nested_userns"):
         assert set(by_kind[f"fs_{name}"]) <= {"failed", "timeout"}, (name, by_kind[f"fs_{name}"])
+    for name in READ_RUNS:  # none may read its target; the walk for the data set may run out of time
+        if f"read_{name}" in by_kind:
+            assert set(by_kind[f"read_{name}"]) <= {"failed", "timeout"}, (name, by_kind[f"read_{name}"])

