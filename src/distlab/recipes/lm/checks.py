@@ -87,14 +87,15 @@ def check_roles(models: Any, trained: tuple[str, ...], frozen: dict[str, str]) -
 
 def check_settings(cfg: Any) -> None:
     """Values each LM recipe reads only inside a rank, checked once here: sampling, evaluation, the sandbox."""
+    from distlab.recipes.lm.logprobs import PACKING_ATTENTIONS
     from distlab.recipes.lm.sandbox.config import check_sandbox
 
     check_sampling(cfg.sampling)
     check_evaluation(cfg.evaluation)
-    if cfg.padding_free and cfg.model.attn_implementation not in ("grouped_sdpa", "sdpa", "eager", "flex_attention"):
+    if cfg.padding_free and cfg.model.attn_implementation not in PACKING_ATTENTIONS:
         raise DistlabError(f"padding_free=true keeps packed sequences apart with a block-diagonal attention mask, "
                            f"which model.attn_implementation={cfg.model.attn_implementation} does not take; use "
-                           f"grouped_sdpa, sdpa, eager or flex_attention (document masks), or padding_free=false")
+                           f"{', '.join(PACKING_ATTENTIONS)}, or padding_free=false")
     check_attention(cfg)
     check_sandbox(cfg.sandbox)
 

@@ -125,10 +125,9 @@ def token_logprobs(
     mask = score_mask(attention_mask, completion_mask, start)
     if pack:
         rows = pack_rows(attention_mask)
-        flex = getattr(cfg, "_attn_implementation", None) == "flex_attention"
         out = _scores(model, head, _to_packed(input_ids, rows, 0), _to_packed(mask, rows, False),
-                      rows.block_mask() if flex else rows.mask, rows.positions, chunk_tokens, temperature,
-                      with_entropy)
+                      rows.attention_mask(getattr(cfg, "_attn_implementation", None)),
+                      rows.positions, chunk_tokens, temperature, with_entropy)
         out = out[rows.row, rows.col].reshape(*input_ids.shape, -1) * attention_mask[..., None]
         return out[..., 0], _entropy(out, with_entropy)
     out = _scores(model, head, input_ids, mask, attention_mask, position_ids_from_mask(attention_mask), chunk_tokens,
@@ -174,6 +173,11 @@ def _scores(model: nn.Module, head: nn.Module, input_ids: torch.Tensor, mask: to
         ).logits
 
 
+# the attentions that take a packed batch's mask (``padding_free=true``), each in its own form
+# (:meth:`PackedRows.attention_mask`); lm/checks.py refuses any other, and the packing test runs every one of them
+PACKING_ATTENTIONS = ("grouped_sdpa", "sdpa", "eager", "flex_attention")
+
+
 @dataclass(frozen=True)
 class PackedRows:
     """Where each token of a right-padded [B, T] batch sits in the packed [R, T] rows (R <= B)."""
@@ -191,6 +195,23 @@ class PackedRows:
         same = (doc[:, :, None] == doc[:, None, :]) & (doc[:, :, None] >= 0)
         eye = torch.eye(width, dtype=torch.bool, device=doc.device)
         return (torch.tril(same) | eye)[:, None]
+
+    def additive_mask(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """:attr:`mask` as eager attention takes it: eager *adds* its mask to the scores, so a bool mask would add
+        True = 1 and mask nothing; here 0 where a query may look and the dtype's most negative value elsewhere
+        (finite, as transformers' own masks, so no row can turn into NaN). fp32 by default: bf16/fp16 scores
+        plus this mask promote to fp32, which eager's softmax computes in anyway."""
+        zero = torch.zeros((), dtype=dtype, device=self.doc.device)
+        return torch.where(self.mask, zero, torch.finfo(dtype).min)
+
+    def attention_mask(self, attn_implementation: str | None):
+        """The packed mask in the form ``attn_implementation`` reads: a ``BlockMask`` for FlexAttention, an additive
+        float mask for eager, the bool mask (True = attend) for SDPA, ``grouped_sdpa`` included."""
+        if attn_implementation == "flex_attention":
+            return self.block_mask()
+        if attn_implementation == "eager":
+            return self.additive_mask()
+        return self.mask
 
     def block_mask(self):
         """The same mask as a FlexAttention ``BlockMask`` built from the document ids: the [R, T, T] tensor never
