@@ -264,6 +264,8 @@ def test_setup_runs_before_launch_and_a_failing_line_stops_the_job(tmp_path):
                                                           "add --create-slurm"]),
     (["suite", "run", "baseline", "--smoke", "--nodes", "2", "--setup", "x"], ["--nodes, --setup only apply"]),
     (["suite", "run", "baseline", "--create-slurm", "--gpus", "4"], ["--gpus-per-node 4"]),
+    (["slurm", "toy", "--gpus", "2", "--mem-per-gpu", "32GB"], ["--mem-per-gpu '32GB'", "32G"]),
+    (["suite", "slurm", "baseline", "--cpus-per-gpu", "0"], ["--cpus-per-gpu 0", "at least 1 CPU"]),
 ])
 def test_slurm_mistakes_are_one_line_and_write_nothing(tmp_path, monkeypatch, capsys, argv, words):
     from distlab.cli import main

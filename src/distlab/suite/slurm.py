@@ -180,14 +180,14 @@ def node_resources(gpus_per_node: int, procs: int, cpus_per_task: int | None, me
     each_cpu, each_mem = (cpus_per_gpu, mem_per_gpu) if gpus_per_node > 0 else (CPUS_PER_PROC, MEM_PER_PROC)
     if cpus_per_task is None and each_cpu < 1:
         raise DistlabError(f"--cpus-per-gpu {each_cpu}: need at least 1 CPU per GPU")
+    if mem is None and not _MEM_RE.match(str(each_mem)):
+        raise DistlabError(f"--mem-per-gpu {each_mem!r} is not a SLURM memory size; write e.g. 32G or 512M")
     return (cpus_per_task if cpus_per_task is not None else each_cpu * count,
             mem if mem is not None else scale_mem(each_mem, count))
 
 
 def scale_mem(mem: str, times: int) -> str:
-    """``32G`` x 8 = ``256G``, in the unit given (none = MB, as SLURM reads it)."""
-    if not _MEM_RE.match(str(mem)):
-        raise DistlabError(f"mem={mem!r} is not a SLURM memory size; write e.g. 32G, 512M or 16000 (MB)")
+    """``32G`` x 8 = ``256G``, in the unit given (none = MB, as SLURM reads it); ``mem`` is already checked."""
     number, unit = (mem[:-1], mem[-1]) if mem[-1].isalpha() else (mem, "")
     return f"{int(number) * times}{unit}"
 
