@@ -165,7 +165,9 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     from distlab.rundir import RunLock
 
     run_dir = Path(cfg.run.dir) / cfg.run.name
-    lock = _acquire(RunLock(run_dir)) if eval_checkpoint is None else None
+    # one lock per run, taken by the first node's launcher: on a shared file system the other nodes' launchers
+    # would find it taken by their own job and refuse to start
+    lock = _acquire(RunLock(run_dir)) if eval_checkpoint is None and opts.node_rank == 0 else None
     try:
         if single:
             return worker.main(worker_args)
