@@ -20,7 +20,7 @@ def closing_report(summary: dict[str, Any], run_dir: Path, wall_s: float, comman
     rate = (summary.get("train") or {}).get("examples_per_s")
     if rate:
         head += f" ({rate:,.0f} examples/s at the last log)"
-    lines = [head]
+    lines = [head + skipped_note(summary)]
     final = summary.get("eval") if isinstance(summary.get("eval"), dict) else None
     if final:
         lines.append(metrics_table("final evaluation", final))
@@ -32,3 +32,13 @@ def closing_report(summary: dict[str, Any], run_dir: Path, wall_s: float, comman
     elif command:
         lines.append(f"resume: {command}")
     return "\n".join(lines)
+
+
+def skipped_note(summary: dict[str, Any]) -> str:
+    """``; N updates skipped ...`` for a recipe that counts updates skipped for an inf/NaN gradient (the LM
+    recipes' ``skipped_steps``, 0 included: a reader comparing runs must see it), else nothing."""
+    skipped = (summary.get("train") or {}).get("skipped_steps")
+    if skipped is None:
+        return ""
+    where = " (the first one's micro-batches: nonfinite_*.pt in the run directory)" if skipped else ""
+    return f"; {int(skipped)} update(s) skipped for an inf/NaN gradient norm{where}"

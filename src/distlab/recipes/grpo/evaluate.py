@@ -9,6 +9,7 @@ import torch
 
 from distlab.recipes.grpo.config import GRPOConfig
 from distlab.placement import DTYPES
+from distlab.recipes.lm.loop import skipped_fields
 from distlab.recipes.lm.models import SamplingCopy, load_placed
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, paired_fields
 from distlab.recipes.lm.rewards import RewardScorer
@@ -32,7 +33,8 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
     sampling.refresh()
     after = score()
     scorer.close()
-    out = {"step": meta["step"], "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}", **after["metrics"],
+    out = {"step": meta["step"], **skipped_fields(meta), "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}",
+           **after["metrics"],
            **{f"base_{k}": v for k, v in before["metrics"].items()}}
     if len(tasks) > 1:
         out.update(paired_fields([r["greedy"] for r in before["per_problem"]], [r["greedy"] for r in after["per_problem"]],

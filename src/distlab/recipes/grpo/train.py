@@ -31,7 +31,7 @@ from distlab.recipes.lm.batching import by_length, micro_batches, sequences
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, logged_evaluation, paired_fields
 from distlab.recipes.lm.generate import generate, max_prompt_tokens
 from distlab.recipes.lm.logprobs import logprobs
-from distlab.recipes.lm.loop import run_steps
+from distlab.recipes.lm.loop import count_skipped_steps, run_steps
 from distlab.recipes.lm.models import SamplingCopy, gathered, load_placed
 from distlab.recipes.lm.pg_loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts, policy_loss,
                                         reward_moments, std_from_moments)
@@ -41,6 +41,7 @@ from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.seeds import rollout_seed
 from distlab.recipes.lm.task_sets import task_split
 from distlab.recipes.lm.tasks import Task
+from distlab.recipes.lm.nonfinite import SkipProbe, micro_batch_record
 from distlab.recipes.lm.update import frozen_logprobs, policy_update
 from distlab.recipes.lm.warmup import supervised_warmup
 from distlab.sampler import GlobalBatchSampler
@@ -61,6 +62,7 @@ def train(cfg: GRPOConfig, session) -> dict:
     session.track_model("policy", policy, [opt])
     session.track("sampler", sampler)
     session.track("start_eval", start_eval)
+    count_skipped_steps(session)
     step = session.restore()
     if step == 0 and cfg.sft_steps > 0:
         supervised_warmup(session, policy, tok, tasks, steps=cfg.sft_steps, lr=cfg.sft_lr,
@@ -242,8 +244,14 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
                            entropy=ent, entropy_coef=cfg.entropy_coef)
 
     t3 = time.perf_counter()
+    def record(m: int) -> dict:
+        sl = batch.slices[m]
+        return micro_batch_record(session, policy, batch.ids[sl], batch.attn[sl], batch.comp[sl], batch.ref[m],
+                                  kl=cfg.kl, chunk_tokens=cfg.logprob_chunk, temperature=temp, pack=cfg.padding_free)
+
     sums, gnorm = policy_update(session, policy, opt, len(batch.slices), micro_loss, iterations=cfg.num_iterations,
-                                max_grad_norm=cfg.clip_grad, marks=times)
+                                max_grad_norm=cfg.clip_grad, marks=times,
+                                probe=SkipProbe(session.run_dir, step, rt.rank, record))
     parts.sampling.refresh()
     times["update_s"] = time.perf_counter() - t3
     mark_peak(rt, "update", times)

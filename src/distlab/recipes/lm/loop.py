@@ -8,6 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from distlab.amp import MixedPrecision
+
+SKIPPED = "skipped_steps"  # steps whose update was skipped for an inf/NaN gradient norm, since the run began
+
+
+def count_skipped_steps(session) -> None:
+    """Before ``session.restore()``: keep the skipped-step count in the checkpoint's counters, so a resumed run
+    goes on counting in every precision (only fp16's loss-scale state carried it before)."""
+    session.counters.setdefault(SKIPPED, 0)
+
+
+def skipped_fields(meta: dict) -> dict[str, int]:
+    """``skipped_steps`` and ``updates`` (steps less skipped ones) of a checkpoint's meta, for an evaluation's
+    results: two arms compared on their checkpoints should have made the same number of updates. Empty for a
+    checkpoint written before the count was kept."""
+    if SKIPPED not in meta:
+        return {}
+    return {SKIPPED: int(meta[SKIPPED]), "updates": int(meta["step"]) - int(meta[SKIPPED])}
+
 
 def run_steps(session, cfg, step: int, one_step: Callable[[int], dict], evaluate: Callable[[int, str], dict],
               shown: tuple[str, ...]) -> tuple[str, int, dict]:
@@ -16,12 +35,17 @@ def run_steps(session, cfg, step: int, one_step: Callable[[int], dict], evaluate
     ``one_step(step)`` trains and returns the step's metrics (identical on every rank); ``evaluate``
     runs every ``evaluation.eval_interval_steps``; ``shown`` names the metrics on the progress line.
     A stop signal ends with ``status="preempted"``; ``run.time_limit_s`` ends early but ``completed``.
+    Every step's metrics carry ``skipped_steps``, the run's running count of updates skipped for an inf/NaN
+    gradient (0 included, in every precision), so a table of results can say how many updates a run made.
     """
     progress = session.progress(cfg.steps, step)
     steps, status, last = cfg.steps, "completed", {}
     every = cfg.evaluation.eval_interval_steps
+    amp = MixedPrecision.of(session)
+    amp.skipped_steps = max(amp.skipped_steps, int(session.counters.get(SKIPPED, 0)))
     while step < steps:
         last = one_step(step)
+        last[SKIPPED] = session.counters[SKIPPED] = amp.skipped_steps
         step += 1
         if step % cfg.log.every == 0 or step == steps:
             session.metrics.log(step, last)

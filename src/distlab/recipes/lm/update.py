@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from distlab.recipes.lm.logprobs import logprobs
+from distlab.recipes.lm.nonfinite import SkipProbe, dump_skipped_step, nonfinite_params
 from distlab.amp import MixedPrecision
 from distlab.logs import mark_peak
 from distlab.wrap import no_sync
@@ -41,14 +42,17 @@ def frozen_logprobs(session, model: nn.Module | None, ids: torch.Tensor, attn: t
 
 def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_batches: int, micro_loss: MicroLoss,
                   *, iterations: int = 1, max_grad_norm: float = 1.0, name: str = "policy",
-                  marks: dict[str, float] | None = None) -> tuple[dict[str, float], float]:
+                  marks: dict[str, float] | None = None, probe: SkipProbe | None = None
+                  ) -> tuple[dict[str, float], float]:
     """``iterations`` optimizer steps over ``micro_batches`` micro-batches; returns (summed stats, last grad norm).
 
     ``micro_loss(m)`` runs the forward of micro-batch ``m`` and returns its loss share and its stats
     (sums); it runs under the session's autocast, and the backward follows here. A step whose gradient norm
     is inf/NaN is skipped in every precision (the weights stay as they were; warned, naming ``name``, and counted
-    in ``amp/skipped_steps``); its norm comes back as NaN. ``marks`` gets the memory peak before the first optimizer
-    step (``peak_gib_after/backward``), which tells the forward and backward from the step (:func:`.logs.mark_peak`).
+    in ``amp/skipped_steps``); its norm comes back as NaN. On the run's first such skip (not fp16's loss-scale
+    overflows, which the scale fixes) ``probe`` has the step's micro-batches replayed and written down
+    (:mod:`.nonfinite`). ``marks`` gets the memory peak before the first optimizer step
+    (``peak_gib_after/backward``), which tells the forward and backward from the step (:func:`.logs.mark_peak`).
     """
     # summed where they are (reading a GPU tensor waits for the GPU): the host reads them once, after every step
     device_sums: dict[str, torch.Tensor | float] = {}
@@ -69,10 +73,21 @@ def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_b
         norm = amp.step(opt, model, max_grad_norm, check_finite=True)
         gnorm = float("nan") if norm is None else float(norm)  # NaN: the step was skipped (inf/NaN gradients)
         if norm is None and not amp.enabled:
-            log.warning("the %s update's gradient norm is inf/NaN: optimizer step skipped, weights unchanged "
-                        "(%d skipped so far); %s", name, amp.skipped_steps, nonfinite_origin(model, finite))
+            warn_skipped(session, name, model, micro_batches, micro_loss, finite, amp.skipped_steps, probe)
         opt.zero_grad(set_to_none=True)
     return {key: float(value) for key, value in device_sums.items()}, gnorm
+
+
+def warn_skipped(session, name: str, model: nn.Module, micro_batches: int, micro_loss: MicroLoss,
+                 finite: list[torch.Tensor], skipped_steps: int, probe: SkipProbe | None) -> None:
+    """Warn of a skipped step with where its inf/NaN came from; the run's first also goes to a file (``probe``)."""
+    origin = nonfinite_origin(model, finite)
+    if probe is not None and skipped_steps == 1:
+        loss_finite = torch.stack(finite).tolist() if finite else []
+        path = dump_skipped_step(session, probe, name, model, micro_batches, micro_loss, loss_finite, skipped_steps)
+        origin += f"; its micro-batches (ids, log-probs, reference, KL) are in {path}"
+    log.warning("the %s update's gradient norm is inf/NaN: optimizer step skipped, weights unchanged "
+                "(%d skipped so far); %s", name, skipped_steps, origin)
 
 
 def nonfinite_origin(model: nn.Module, finite_losses: list[torch.Tensor], shown: int = 3) -> str:
@@ -81,10 +96,6 @@ def nonfinite_origin(model: nn.Module, finite_losses: list[torch.Tensor], shown:
     bad = [i for i, ok in enumerate(torch.stack(finite_losses).tolist()) if not ok] if finite_losses else []
     where = (f"loss non-finite in micro-batch(es) {bad} of {len(finite_losses)}" if bad
              else f"every micro-batch's loss finite ({len(finite_losses)}): the backward overflowed")
-    names = []
-    for pname, p in model.named_parameters():
-        grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-        if grad is not None and not bool(torch.isfinite(grad).all()):
-            names.append(pname)
+    names = nonfinite_params(model)
     shown_names = ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
     return f"{where}; non-finite gradients in {len(names)} parameter(s) ({shown_names or 'none on this rank'})"

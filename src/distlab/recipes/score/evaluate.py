@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from distlab.placement import DTYPES
+from distlab.recipes.lm.loop import skipped_fields
 from distlab.recipes.lm.models import SamplingCopy, load_placed
 from distlab.recipes.lm.evaluation import paired_fields, prompts_per_call
 from distlab.recipes.lm.tasks import Task
@@ -91,7 +92,8 @@ def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
         weights.refresh()
     after = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
     scorer.close()
-    out = {"step": meta["step"], "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}", "feedback": feedback_label(cfg),
+    out = {"step": meta["step"], **skipped_fields(meta), "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}",
+           "feedback": feedback_label(cfg),
            **after["metrics"], **{f"base_{k}": v for k, v in before["metrics"].items()}}
     if len(tasks) > 1:
         out.update(paired_changes(before["per_problem"], after["per_problem"]))

@@ -32,12 +32,13 @@ from distlab.placement import DTYPES, compute_device
 from distlab.recipes.lm.batching import micro_batches, sequences
 from distlab.recipes.lm.evaluation import logged_evaluation
 from distlab.recipes.lm.logprobs import logprobs
-from distlab.recipes.lm.loop import run_steps
+from distlab.recipes.lm.loop import count_skipped_steps, run_steps
 from distlab.recipes.lm.models import SamplingCopy
 from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.seeds import rollout_seed
 from distlab.recipes.lm.task_sets import task_split
+from distlab.recipes.lm.nonfinite import SkipProbe, micro_batch_record
 from distlab.recipes.lm.update import frozen_logprobs, policy_update
 from distlab.recipes.lm.warmup import supervised_warmup
 from distlab.recipes.score import metrics as scm
@@ -71,6 +72,7 @@ def train(cfg: ScoreConfig, session) -> dict:
     session.track("schedule", schedule)
     session.track("start_eval", start_eval)
     scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
+    count_skipped_steps(session)
     step = session.restore()
     if step == 0 and cfg.sft_steps > 0:
         supervised_warmup(session, m.policy, m.tok, tasks, steps=cfg.sft_steps, lr=cfg.sft_lr,
@@ -221,18 +223,25 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
                                  kl=cfg.kl, loss_type=cfg.loss_type, norm=norm, world_size=rt.world_size, entropy=ent)
 
     t3 = time.perf_counter()
+    def record(k: int) -> dict:
+        sl = batches[k]
+        return micro_batch_record(session, m.policy, ids[sl], attn[sl], train_mask[sl], ref[k], kl=cfg.kl,
+                                  chunk_tokens=cfg.logprob_chunk, temperature=temp, pack=cfg.padding_free)
+
     sums, gnorm = policy_update(session, m.policy, opts["policy"], len(batches), micro_loss,
-                                iterations=cfg.num_iterations, max_grad_norm=cfg.clip_grad, marks=times)
+                                iterations=cfg.num_iterations, max_grad_norm=cfg.clip_grad, marks=times,
+                                probe=SkipProbe(session.run_dir, step, rt.rank, record))
     times["update_s"] = time.perf_counter() - t3
     mark_peak(rt, "update", times)
     if cfg.guidance == "trained" and (step + 1) % cfg.guidance_every == 0:
         t4 = time.perf_counter()
-        extra.update(_guidance_update(cfg, session, m, opts["guidance"], episodes))
+        extra.update(_guidance_update(cfg, session, m, opts["guidance"], episodes, step))
         times["guidance_s"] = time.perf_counter() - t4
     return {**_step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, norm), **peak_memory(rt)}
 
 
-def _guidance_update(cfg: ScoreConfig, session, m: Models, g_opt, episodes: list[Episode]) -> dict[str, float]:
+def _guidance_update(cfg: ScoreConfig, session, m: Models, g_opt, episodes: list[Episode], step: int
+                     ) -> dict[str, float]:
     """One policy-gradient step of the guidance on r2 - r1 less penalties; group baseline over the G hints."""
     rt = session.rt
     device = compute_device(m.guidance)
@@ -255,8 +264,13 @@ def _guidance_update(cfg: ScoreConfig, session, m: Models, g_opt, episodes: list
         return policy_loss(logp, None, None, adv[sl[0]].to(device), comp[sl], epsilon=cfg.epsilon, loss_type="grpo",
                            norm=norm, world_size=rt.world_size)
 
+    def record(k: int) -> dict:  # no reference: the guidance trains without KL
+        sl = batches[k]
+        return micro_batch_record(session, m.guidance, ids[sl], attn[sl], comp[sl], None, kl=cfg.kl,
+                                  chunk_tokens=cfg.logprob_chunk, temperature=cfg.hint_temperature)
+
     sums, gnorm = policy_update(session, m.guidance, g_opt, len(batches), micro_loss, max_grad_norm=cfg.clip_grad,
-                                name="guidance")
+                                name="guidance", probe=SkipProbe(session.run_dir, step, rt.rank, record))
     return {"guidance_reward_sum": float(g.sum()), "guidance_objective": sums["objective"], "guidance_updates": 1.0,
             "guidance_grad_norm": gnorm}
 
