@@ -7,8 +7,11 @@
 # One device-tool call per stage, back to back (the machine keeps /tmp about 30 s after a call):
 #   stash K    K = 1..8, carry [".asset_qwen/pieceK"]: check piece K and keep it in /tmp (no wheels needed)
 #   train ARM  carry [".whl", ".asset_qwen/piece9"]: join and check the GGUF (once per machine; skipped when ASSET
-#              names the joined file already), then train ARM (grpo | control) for TRAIN_S seconds in
-#              /tmp/runs/qwen-ARM; the same stage again resumes the run from its checkpoint (issue 29 item 2); the
+#              names the joined file already), then train ARM (grpo | control) for STEPS steps (default 64) in
+#              /tmp/runs/qwen-ARM. Both arms make the same updates (issue 47: matched on wall time they made 69 and
+#              57 steps): GUARD_S (default 600; TRAIN_S, its old name, still read) is only a guard that ends the
+#              call in time, and a run it cuts resumes from its checkpoint when the same stage runs again (issue 29
+#              item 2); the closing table (benchmarks/arm_updates.py) says steps done, skipped and updates made. The
 #              run's own end evaluation is a quick look at EVAL_N MBPP test problems
 #   eval ARM SET  base vs the run's last checkpoint, paired, greedy, on SET = mbpp (the 500 test problems) or
 #              humaneval (164)
@@ -18,7 +21,7 @@
 set -uo pipefail
 STAGE=${1:?stage: stash K | train ARM | eval ARM}
 ARG=${2:?piece number or arm (grpo | control)}
-TRAIN_S=${TRAIN_S:-480}
+GUARD_S=${GUARD_S:-${TRAIN_S:-600}}  # a guard, not the budget: the budget is STEPS
 STASH=/tmp/asset_stash/asset_qwen
 if [ "$STAGE" = stash ]; then  # before device_setup.sh: these calls carry no wheels
   python3 benchmarks/model_asset.py stash ".asset_qwen/piece$ARG" --to "$STASH" || exit 1
@@ -34,17 +37,17 @@ if [ "${SMOKE:-0}" = 1 ]; then
   OUT=${OUT:-/tmp/qwen_smoke_out}; mkdir -p "$OUT"
   MODEL="model.source=tiny:llama-2l model.prompt_mode=text task.train=synthetic task.train_size=16 task.eval=synthetic
          task.eval_split=train task.eval_size=4"
-  SIZE="steps=2 prompts_per_step=2 num_generations=4 micro_batch_size=8 sampling.max_completion_length=16"
+  SIZE="steps=${STEPS:-2} prompts_per_step=2 num_generations=4 micro_batch_size=8 sampling.max_completion_length=16"
   DEVICE="dist.precision=fp32 models.policy.dtype=fp32 models.reference.dtype=fp32"
   LAUNCH="--procs 1"
-  RUNS=/tmp/qwen_smoke_runs
+  RUNS=${RUNS:-/tmp/qwen_smoke_runs}
 else
   source benchmarks/device_setup.sh
   if [ "$STAGE" = train ]; then join_qwen; fi
   ASSET=${ASSET:-$QWEN}
   MODEL="model.source=$ASSET model.prompt_mode=chat task.mbpp_dir=${MBPP_DIR:-.data/mbpp} task.train=mbpp task.train_split=train task.eval=mbpp
          task.eval_split=test task.eval_size=${EVAL_N:-32}"
-  SIZE="steps=400 prompts_per_step=16 num_generations=8 micro_batch_size=32 sampling.max_completion_length=384"
+  SIZE="steps=${STEPS:-64} prompts_per_step=16 num_generations=8 micro_batch_size=32 sampling.max_completion_length=384"
   DEVICE="dist.precision=bf16 models.policy.dtype=bf16 models.reference.dtype=bf16 sandbox.workers=14"
   LAUNCH="--gpus 1"
   RUNS=/tmp/runs
@@ -56,11 +59,12 @@ if [ "$STAGE" = train ]; then
   python3 -m distlab.cli train grpo $MODEL $SIZE lr=${LR:-2e-6} beta=0.04 scale_rewards=group \
     sampling.temperature=1.0 dynamic_sampling=true max_refill_rounds=2 shuffle_rewards=$CONTROL \
     evaluation.before=false sandbox.timeout_s=5 ckpt.every=${CKPT_EVERY:-0} log.every=1 log.progress=false \
-    run.dir=$RUNS run.name=$RUN run.time_limit_s=$TRAIN_S ${SEED:+run.seed=$SEED} $DEVICE $LAUNCH 2>&1 \
+    run.dir=$RUNS run.name=$RUN run.time_limit_s=$GUARD_S ${SEED:+run.seed=$SEED} $DEVICE $LAUNCH 2>&1 \
     | grep -v "^step \|Loading\|de-quantizing\|Writing model" | tail -30
   cp $RUNS/$RUN/metrics.jsonl "$OUT/${RUN}_metrics.jsonl" 2>/dev/null
   cp $RUNS/$RUN/summary.json "$OUT/${RUN}_summary.json" 2>/dev/null
   for f in $RUNS/$RUN/eval*_problems.json; do [ -f "$f" ] && cp "$f" "$OUT/${RUN}_$(basename "$f")"; done
+  python3 benchmarks/arm_updates.py "$ARG=$RUNS/$RUN"  # steps of STEPS, cut by the guard or not, skipped, updates
 elif [ "$STAGE" = eval ]; then
   # shellcheck disable=SC2086
   SET=${3:-humaneval}

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 29 item 4: SCoRe on Qwen2.5-Coder-0.5B-Instruct (the 4-bit GGUF asset), one arm per GPU. Arms at an equal
-# wall-time budget (TRAIN_S): `none` (no guidance), `trained` (a trained guidance model whose hint sees only y1:
-# intrinsic) and `extrinsic` (the same, `hint_sees_execution=true`: the hint also sees turn 1's test result).
+# number of steps (STEPS, default 16; issue 47: matched on updates, not wall time; GUARD_S, or its old name TRAIN_S,
+# only a guard, and a run it cuts goes on when the stage runs again): `none` (no guidance), `trained` (a trained
+# guidance model whose hint sees only y1: intrinsic) and `extrinsic` (the same, `hint_sees_execution=true`: the
+# hint also sees turn 1's test result).
 #   train ARM      join/check the asset unless ASSET names it, then train ARM on MBPP train into /tmp/runs/score-ARM
 #                  (the same stage again resumes from the checkpoint)
 #   eval ARM SET   base vs trained, greedy, paired: Acc@t1, Acc@t2, delta(t1,t2), delta(i->c), delta(c->i) with
@@ -22,7 +24,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
   OUT=${OUT:-/tmp/score_qwen_smoke_out}; mkdir -p "$OUT"
   MODEL="model.source=tiny:llama-2l model.prompt_mode=text task.train=synthetic task.train_size=16 task.eval=synthetic
          task.eval_split=train task.eval_size=4"
-  SIZE="steps=2 prompts_per_step=2 num_generations=2 micro_batch_size=4 sampling.max_completion_length=16
+  SIZE="steps=${STEPS:-2} prompts_per_step=2 num_generations=2 micro_batch_size=4 sampling.max_completion_length=16
         hint_max_tokens=8"
   DEVICE="dist.precision=fp32 models.policy.dtype=fp32 models.reference.dtype=fp32 models.guidance.dtype=fp32"
   LAUNCH="--procs 1"; RUNS=/tmp/score_qwen_smoke_runs; N=4; SPLIT=${SPLIT:-eval}
@@ -34,7 +36,7 @@ else
          task.train_split=train task.eval=mbpp task.eval_split=test task.eval_size=${EVAL_N:-32}"
   # micro-batch 32 without checkpointing ran out of memory on an H100 (2026-11-26: 67 GiB at step 24 without
   # guidance, the first step with it; the doctor estimated 75.9 GiB); 8 with checkpointing peaked at 26 GiB
-  SIZE="steps=1000 prompts_per_step=16 num_generations=4 micro_batch_size=8 dist.activation_checkpointing=blocks
+  SIZE="steps=${STEPS:-16} prompts_per_step=16 num_generations=4 micro_batch_size=8 dist.activation_checkpointing=blocks
         sampling.max_completion_length=384 hint_max_tokens=64"
   DEVICE="dist.precision=bf16 models.policy.dtype=bf16 models.reference.dtype=bf16 models.guidance.dtype=bf16
           sandbox.workers=14"
@@ -47,10 +49,11 @@ if [ "$STAGE" = train ]; then
   python3 -m distlab.cli train score $MODEL $SIZE $GUIDE lr=${LR:-2e-6} guidance_lr=${LR:-2e-6} beta1=0.01 alpha=10 \
     stage_schedule=I:4,II:* advantage=mc sampling.temperature=1.0 evaluation.before=false \
     sandbox.timeout_s=${TIMEOUT_S:-3} ckpt.every=${CKPT_EVERY:-0} log.every=1 log.progress=false run.dir=$RUNS \
-    run.name=$RUN run.time_limit_s=${TRAIN_S:-420} $DEVICE ${EXTRA:-} $LAUNCH > "$OUT/${RUN}_train.log" 2>&1
+    run.name=$RUN run.time_limit_s=${GUARD_S:-${TRAIN_S:-600}} $DEVICE ${EXTRA:-} $LAUNCH > "$OUT/${RUN}_train.log" 2>&1
   grep -v "^step \|Loading\|de-quantizing\|Writing model" "$OUT/${RUN}_train.log" | tail -30  # kept whole if cut
   cp $RUNS/$RUN/metrics.jsonl "$OUT/${RUN}_metrics.jsonl" 2>/dev/null
   cp $RUNS/$RUN/summary.json "$OUT/${RUN}_summary.json" 2>/dev/null
+  python3 benchmarks/arm_updates.py "$ARM=$RUNS/$RUN"  # steps of STEPS, cut by the guard or not, skipped, updates
 elif [ "$STAGE" = eval ]; then
   SET=${3:?set: mbpp | humaneval}
   if [ "${SMOKE:-0}" != 1 ]; then

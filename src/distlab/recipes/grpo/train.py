@@ -31,7 +31,7 @@ from distlab.recipes.lm.batching import by_length, micro_batches, sequences
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, logged_evaluation, paired_fields
 from distlab.recipes.lm.generate import generate, max_prompt_tokens
 from distlab.recipes.lm.logprobs import logprobs
-from distlab.recipes.lm.loop import count_skipped_steps, run_steps
+from distlab.recipes.lm.loop import count_skipped_steps, run_fields, run_steps
 from distlab.recipes.lm.models import SamplingCopy, gathered, load_placed
 from distlab.recipes.lm.pg_loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts, policy_loss,
                                         reward_moments, std_from_moments)
@@ -83,7 +83,8 @@ def train(cfg: GRPOConfig, session) -> dict:
         return grpo_step(cfg, session, parts, [tasks[i] for i in sampler.next()], step, tasks)
 
     status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("reward_mean",))
-    result = {"status": status, "step": step, "train": last, "world_size": rt.world_size,
+    result = {"status": status, "step": step, **run_fields(cfg, status, step), "train": last,
+              "world_size": rt.world_size,
               "param_checksum": module_checksum(unwrap(policy))}
     if status == "completed":
         result["eval"] = _with_comparison(evaluate(step, "eval"), start_eval.value)
@@ -211,13 +212,14 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     mark_peak(rt, "generate", times)
     rounds = 0
     if cfg.dynamic_sampling:  # which groups train depends on their rewards: wait for them first
-        groups, rounds = refill(cfg, session, parts, scored_groups(cfg, parts, ro, times), tasks, step, times)
+        first = scored_groups(cfg, parts, ro, times)
+        groups, rounds = refill(cfg, session, parts, first, tasks, step, times)
         comps = [c for grp in groups for c in grp.comps]
         batch = frozen_batch(cfg, session, parts, comps, times)
     else:  # the reference's log-probs need no reward: the GPU computes them while the sandbox runs the programs
         comps = ro.comps
         batch = frozen_batch(cfg, session, parts, comps, times)
-        groups = scored_groups(cfg, parts, ro, times)
+        groups = first = scored_groups(cfg, parts, ro, times)
     mark_peak(rt, "ref", times)
     prompts = [grp.prompt for grp in groups for _ in grp.comps]
     per_func = {k: [v for grp in groups for v in grp.values[k]] for k in groups[0].values} if groups else {}
@@ -258,9 +260,27 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     if cfg.log_completions and (step + 1) % cfg.log_completions == 0 and rt.is_main:
         _log_completions(session, step + 1, prompts, comps, per_func, rewards)
     metrics = _step_metrics(rt, cfg, rewards, zero_var, comps, sums, parts.scorer, times, gnorm, batch.norm)
-    means = rt.reduce_sums({name: sum(v) for name, v in per_func.items()} | {"refill_rounds": float(rounds)})
+    means = rt.reduce_sums({name: sum(v) for name, v in per_func.items()} | {"refill_rounds": float(rounds)}
+                           | first_round_sums(first))
     return {**metrics, **{f"rewards/{name}": means[name] / (len(comps) * rt.world_size) for name in per_func},
-            "lr": opt.param_groups[0]["lr"], "refill_rounds": means["refill_rounds"] / rt.world_size}
+            "lr": opt.param_groups[0]["lr"], "refill_rounds": means["refill_rounds"] / rt.world_size,
+            **first_round_means(means)}
+
+
+def first_round_sums(first: list[Group]) -> dict[str, float]:
+    """This rank's sums over the groups sampled first, before dynamic sampling replaced any: ``reward_mean`` and
+    ``zero_std_fraction`` are of the trained (kept, mostly informative) batch, so how often a prompt's group
+    agrees, and how well the policy does on the prompts as drawn, are only seen here."""
+    return {"first_reward_sum": float(sum(sum(grp.total) for grp in first)),
+            "first_completions": float(sum(len(grp.total) for grp in first)),
+            "first_zero_var_groups": float(sum(not grp.informative for grp in first)), "first_groups": float(len(first))}
+
+
+def first_round_means(tot: dict[str, float]) -> dict[str, float]:
+    """``reward_first_round`` and ``zero_std_fraction_first_round`` from the all-reduced :func:`first_round_sums`
+    (the kept batch's own when dynamic sampling is off)."""
+    return {"reward_first_round": tot["first_reward_sum"] / max(tot["first_completions"], 1.0),
+            "zero_std_fraction_first_round": tot["first_zero_var_groups"] / max(tot["first_groups"], 1.0)}
 
 
 @dataclass

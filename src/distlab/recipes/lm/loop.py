@@ -6,9 +6,12 @@ so it lives here once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from distlab.amp import MixedPrecision
+
+log = logging.getLogger("distlab")
 
 SKIPPED = "skipped_steps"  # steps whose update was skipped for an inf/NaN gradient norm, since the run began
 
@@ -57,4 +60,14 @@ def run_steps(session, cfg, step: int, one_step: Callable[[int], dict], evaluate
             status = "preempted"
             break
     progress.close()
+    if status == "completed" and step < cfg.steps:
+        log.warning("run.time_limit_s ended training at step %d of steps=%d: runs compared on their updates (an arm "
+                    "and its control) must reach the same steps; run the same command again to go on", step, cfg.steps)
     return status, step, last
+
+
+def run_fields(cfg, status: str, step: int) -> dict:
+    """The summary's ``steps`` (as asked) and ``time_limited``: a run that ``run.time_limit_s`` ended before
+    ``steps`` says so (and the closing report reads "step 57 of 400"), since two arms matched on wall time are not
+    matched on updates; with ``steps=N`` the time limit is only a guard."""
+    return {"steps": cfg.steps, "time_limited": status == "completed" and step < cfg.steps}

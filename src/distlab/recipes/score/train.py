@@ -32,7 +32,7 @@ from distlab.placement import DTYPES, compute_device
 from distlab.recipes.lm.batching import micro_batches, sequences
 from distlab.recipes.lm.evaluation import logged_evaluation
 from distlab.recipes.lm.logprobs import logprobs
-from distlab.recipes.lm.loop import count_skipped_steps, run_steps
+from distlab.recipes.lm.loop import count_skipped_steps, run_fields, run_steps
 from distlab.recipes.lm.models import SamplingCopy
 from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
 from distlab.recipes.lm.rewards import RewardScorer
@@ -98,7 +98,8 @@ def train(cfg: ScoreConfig, session) -> dict:
         return metrics
 
     status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("acc_t1", "acc_t2"))
-    result = {"status": status, "step": step, "train": last, "world_size": rt.world_size,
+    result = {"status": status, "step": step, **run_fields(cfg, status, step), "train": last,
+              "world_size": rt.world_size,
               "feedback": feedback_label(cfg), "schedule": schedule.state_dict(),
               "param_checksums": checksums(m, cfg)}
     result["param_checksum"] = result["param_checksums"]["policy"]
