@@ -56,7 +56,8 @@ def load(spec: str) -> Arm:
 def table(arms: list[Arm]) -> str:
     rows = [("arm", "steps", "time-limited", "skipped", "updates")]
     for a in arms:
-        rows.append((a.name, f"{a.step} of {a.steps if a.steps is not None else '?'}", "yes" if a.time_limited else "no",
+        asked = "?" if a.steps is None else str(a.steps)
+        rows.append((a.name, f"{a.step} of {asked}", "yes" if a.time_limited else "no",
                      "?" if a.skipped is None else str(a.skipped), "?" if a.updates is None else str(a.updates)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)

@@ -88,7 +88,8 @@ def test_eager_mask_is_additive_and_the_sdpa_mask_boolean():
     assert sdpa.dtype == torch.bool and eager.dtype == torch.float32
     assert torch.equal(eager == 0, sdpa)  # 0 where attended, the most negative finite value elsewhere
     assert bool((eager[~sdpa] == torch.finfo(torch.float32).min).all()) and torch.isfinite(eager).all()
-    assert rows.attention_mask("grouped_sdpa") is not None and rows.additive_mask(torch.bfloat16).dtype == torch.bfloat16
+    assert rows.attention_mask("grouped_sdpa").dtype == torch.bool
+    assert rows.additive_mask(torch.bfloat16).dtype == torch.bfloat16
 
 
 def test_flex_attention_block_mask_is_the_dense_mask_and_deterministic(uncompiled_flex):
@@ -105,7 +106,7 @@ def test_flex_attention_block_mask_is_the_dense_mask_and_deterministic(uncompile
     assert torch.equal(first, second)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels and FlexAttention's backward need a GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels and flex's backward need a GPU")
 @pytest.mark.parametrize("attn", PACKING_ATTENTIONS)
 def test_packed_logprobs_and_gradients_equal_the_padded_ones_on_cuda(attn):
     """The compiled kernels (FlexAttention's included) on the GPU, forward and backward."""

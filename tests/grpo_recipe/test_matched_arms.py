@@ -37,10 +37,10 @@ def test_dynamic_sampling_logs_the_first_round_apart_from_the_kept_batch(tmp_pat
     CALLS.clear()
     monkeypatch.chdir(tmp_path)
     run("grpo", [], ["model.source=tiny:llama-2l", "model.prompt_mode=text", "prompts_per_step=4", "num_generations=2",
-                     "micro_batch_size=4", "sampling.max_completion_length=16", "task.train_size=16", "task.eval_size=2",
-                     "task.families=add_const", "task.eval_families=add_const", "task.eval_split=train", "sft_steps=0",
-                     "lr=1e-3", "log.every=1", "log.progress=false", "steps=3", "evaluation.before=false",
-                     "dynamic_sampling=true", "max_refill_rounds=2", "beta=0",
+                     "micro_batch_size=4", "sampling.max_completion_length=16", "task.train_size=16",
+                     "task.eval_size=2", "task.families=add_const", "task.eval_families=add_const",
+                     "task.eval_split=train", "sft_steps=0", "lr=1e-3", "log.every=1", "log.progress=false", "steps=3",
+                     "evaluation.before=false", "dynamic_sampling=true", "max_refill_rounds=2", "beta=0",
                      f"reward_funcs=[{__name__}:parity_reward]", "run.name=ds"])
     rows = _rows(tmp_path / "runs" / "ds")
     # each round's rewards are all in before the next round is drawn: a step's first round is its first 8 calls

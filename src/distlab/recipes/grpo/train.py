@@ -273,7 +273,8 @@ def first_round_sums(first: list[Group]) -> dict[str, float]:
     agrees, and how well the policy does on the prompts as drawn, are only seen here."""
     return {"first_reward_sum": float(sum(sum(grp.total) for grp in first)),
             "first_completions": float(sum(len(grp.total) for grp in first)),
-            "first_zero_var_groups": float(sum(not grp.informative for grp in first)), "first_groups": float(len(first))}
+            "first_zero_var_groups": float(sum(not grp.informative for grp in first)),
+            "first_groups": float(len(first))}
 
 
 def first_round_means(tot: dict[str, float]) -> dict[str, float]:
