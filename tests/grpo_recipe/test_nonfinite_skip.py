@@ -84,6 +84,10 @@ def test_an_inf_gradient_is_skipped_counted_in_bf16_and_its_micro_batch_written(
         assert bool(torch.isfinite(mb["kl"]).all()) and bool((mb["kl"][~scored] == 0).all())
         assert bool((mb["kl"][scored] >= 0).all())  # k3 is never negative
     assert not list(run_dir.glob(".nonfinite*"))  # written atomically: no temporary file left behind
+    # a resumed bf16 run goes on counting from the checkpoint (no loss-scale state carries it there)
+    run("grpo", [], [*TINY_GRPO, "steps=4"])
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["skipped_steps"] for r in rows if r["split"] == "train"][-1] == 1
 
 
 def test_skipped_fields_give_updates_for_a_checkpoint_that_kept_the_count():
