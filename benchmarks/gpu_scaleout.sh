@@ -6,6 +6,9 @@
 #   bash benchmarks/gpu_scaleout.sh one    (carry .whl .base .refhrm): the 1-GPU points, four jobs side by side
 #   bash benchmarks/gpu_scaleout.sh two    (carry .base .refhrm): the 2-GPU points, two jobs side by side at a time
 #   bash benchmarks/gpu_scaleout.sh four   (carry .base .refhrm): the 4-GPU points, one job at a time, profiled
+#   bash benchmarks/gpu_scaleout.sh four-more: TRM and weak scaling (768 per GPU) on 4 GPUs
+# .whl must hold a distlab wheel (`pip wheel --no-deps -w .whl .`): its entry points name the recipes; the code
+# itself comes from src/ or .base/src, first on PYTHONPATH.
 # Every job's JSON and log come back in $OUT/<stage>.tgz, the table at the end: benchmarks/scaleout_table.py.
 set -uo pipefail
 source benchmarks/device_setup.sh
@@ -17,7 +20,7 @@ date -u; nvidia-smi -L; git log -1 --format=%h 2>/dev/null
 DATA=/tmp/data/sudoku-hard-1k-aug50
 [ -f $DATA/test/dataset.json ] || python3 -m distlab.cli data sudoku --output-dir $DATA --train-size 1000 \
   --test-size 200 --num-aug 50 --workers 48 2>&1 | tail -1
-STEPS=${STEPS:-200}
+STEPS=${STEPS:-150}
 COMMON="data.path=$DATA steps=$STEPS lr_warmup_steps=10 log.every=10 dist.compile=true data.eval_limit=200"
 
 point() {  # NAME CODE(src|.base/src) GPUS VISIBLE PRESET [overrides...]: one `bench scaling` point
@@ -29,38 +32,52 @@ point() {  # NAME CODE(src|.base/src) GPUS VISIBLE PRESET [overrides...]: one `b
   find /tmp/b-$name -maxdepth 1 -name "*.json" -exec cp {} $RES/$name.json \;
   for p in /tmp/b-$name/runs/*/profile/summary.json; do [ -f "$p" ] && cp "$p" $RES/$name.profile.json; done
   echo "[$name] exit $rc $(date -u +%T)"; grep -E "examples/s|rror" $RES/$name.log | tail -2
+  [ $rc = 0 ] || tail -n 4 $RES/$name.log
 }
 
 ref() {  # NAME GPUS VISIBLE GLOBAL_BATCH: the reference HRM code, median examples/s
   local name=$1 n=$2 vis=$3 gb=$4
   [ -d .refhrm ] || { echo "[$name] no .refhrm carried"; return; }
-  CUDA_VISIBLE_DEVICES=$vis PYTHONPATH=$PWD/.refhrm/shims:$PWD/.refhrm/src:/tmp/site timeout 420 \
-    torchrun --standalone --nproc-per-node $n .refhrm/bench_ref.py --data $DATA --global-batch $gb --steps $STEPS \
-    > $RES/$name.log 2>&1
-  echo "[$name] exit $? $(date -u +%T)"; grep -E '^\{' $RES/$name.log | tail -1 | tee $RES/$name.json
+  CUDA_VISIBLE_DEVICES=$vis PYTHONPATH=$PWD/.refhrm/shims:$PWD/.refhrm/src:/tmp/site OMP_NUM_THREADS=8 \
+    timeout 420 python3 -m torch.distributed.run --standalone --nproc-per-node $n .refhrm/bench_ref.py --data $DATA \
+    --global-batch $gb --steps $STEPS > $RES/$name.log 2>&1
+  local rc=$?
+  echo "[$name] exit $rc $(date -u +%T)"; grep -E '^\{' $RES/$name.log | tail -1 | tee $RES/$name.json
+  [ $rc = 0 ] || tail -n 6 $RES/$name.log
 }
 
+# pydantic-core (the reference's config) needs a typing_extensions newer than the image may hold
+[ -d .refhrm ] && { PYTHONPATH=/tmp/site python3 -c "import pydantic" 2>/dev/null || python3 -m pip install -q \
+  --no-index --no-deps --no-compile --upgrade --target /tmp/site .refhrm/fallback_whl/*.whl; }
 PROF="log.profile_steps=20 log.profile_wait=$((STEPS - 40))"
+bg() { "$@" & PIDS+=($!); }  # a job side by side; `wait` alone would also wait for the log's tee
+PIDS=()
 case $STAGE in
   one)
-    point hrm-base-1 .base/src 1 0 sudoku-extreme-1k & point hrm-new-1 src 1 1 sudoku-extreme-1k $PROF &
-    ref hrm-ref-1 1 2 768 & point trm-new-1 src 1 3 trm-sudoku &
-    wait ;;
+    bg point hrm-new-1 src 1 0 sudoku-extreme-1k; bg ref hrm-ref-1 1 1 768; bg point hrm-new-2 src 2 2,3 sudoku-extreme-1k
+    wait "${PIDS[@]}"; PIDS=()
+    bg ref hrm-ref-2 2 0,1 768; bg point trm-new-1 src 1 2 trm-sudoku; bg point hrm-base-1 .base/src 1 3 sudoku-extreme-1k
+    wait "${PIDS[@]}" ;;
   two)
-    point hrm-base-2 .base/src 2 0,1 sudoku-extreme-1k & point hrm-new-2 src 2 2,3 sudoku-extreme-1k $PROF &
-    wait
-    ref hrm-ref-2 2 0,1 768 & point trm-new-2 src 2 2,3 trm-sudoku &
-    wait
-    point hrm-weak-2 src 2 0,1 sudoku-extreme-1k global_batch_size=1536 &
-    ref hrm-refweak-2 2 2,3 1536 &
-    wait ;;
+    bg point hrm-base-2 .base/src 2 0,1 sudoku-extreme-1k; bg point trm-new-2 src 2 2,3 trm-sudoku
+    wait "${PIDS[@]}"; PIDS=()
+    bg point hrm-weak-2 src 2 0,1 sudoku-extreme-1k global_batch_size=1536; bg ref hrm-refweak-2 2 2,3 1536
+    wait "${PIDS[@]}" ;;
   four)
     point hrm-new-4 src 4 0,1,2,3 sudoku-extreme-1k $PROF
     ref hrm-ref-4 4 0,1,2,3 768
-    point hrm-base-4 .base/src 4 0,1,2,3 sudoku-extreme-1k $PROF
+    point hrm-base-4 .base/src 4 0,1,2,3 sudoku-extreme-1k $PROF ;;
+  variants)  # the 4-GPU step's host time: one compiled graph instead of DDP's per-bucket split, then CUDA graphs
+    bg point hrm-new-1 src 1 0 sudoku-extreme-1k; bg ref hrm-ref-1 1 1 768
+    bg point hrm-nosplit-2 src 2 2,3 sudoku-extreme-1k dist.compile_split_ddp=false
+    wait "${PIDS[@]}"; PIDS=()
+    point hrm-nosplit-4 src 4 0,1,2,3 sudoku-extreme-1k dist.compile_split_ddp=false $PROF
+    point hrm-graphs-4 src 4 0,1,2,3 sudoku-extreme-1k dist.compile_split_ddp=false dist.compile_mode=reduce_overhead
+    ref hrm-ref-4 4 0,1,2,3 768 ;;
+  four-more)
     point trm-new-4 src 4 0,1,2,3 trm-sudoku
     point hrm-weak-4 src 4 0,1,2,3 sudoku-extreme-1k global_batch_size=3072 ;;
-  *) echo "unknown stage $STAGE: one, two or four"; exit 2 ;;
+  *) echo "unknown stage $STAGE: one, two, four or four-more"; exit 2 ;;
 esac
 python3 benchmarks/scaleout_table.py /tmp/scaleout
 [ -n "${OUT:-}" ] && tar czf $OUT/$STAGE.tgz -C $RES .  # every JSON and log of the stage, one file back

@@ -99,6 +99,9 @@ class DistConfig:
     bucket_mb: float = 25.0
     compile: bool = False
     compile_mode: CompileMode = CompileMode.default  # with compile=true: see CompileMode
+    # with compile=true under DDP: split the compiled graph at the gradient buckets so each bucket's all-reduce
+    # overlaps the rest of the backward (torch's DDPOptimizer), or false: one graph, the all-reduce after backward
+    compile_split_ddp: bool = True
     precision: Precision = Precision.fp32
     loss_scale_init: float = 65536.0  # dist.precision=fp16: the first loss scale (2^16, torch's default)
     loss_scale_growth_interval: int = 2000  # dist.precision=fp16: steps without overflow before the scale doubles
@@ -393,6 +396,7 @@ def resolve_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any
 # Core settings only some recipes act on; a recipe lists the ones it honours in ``Recipe.supports``
 # and any other one set away from its default is refused instead of being silently ignored.
 OPTIONAL_CORE_KEYS = ("dist.grad_accum", "run.time_limit_s", "dist.wrap", "dist.compile", "dist.compile_mode",
+                      "dist.compile_split_ddp",
                       "log.profile_steps", "dist.activation_checkpointing", "dist.comm_hook", "dist.auto_micro_batch",
                       "optim.state_dtype", "dist.cpu_offload")
 
@@ -472,6 +476,9 @@ def check_values(recipe: Any, cfg: Any) -> None:
     if d.compile_mode != CompileMode.default and not compiles:
         raise DistlabError(f"dist.compile_mode={CompileMode(d.compile_mode).name} acts only on compiled models; add "
                            f"dist.compile=true or remove dist.compile_mode")
+    if not d.compile_split_ddp and not compiles:
+        raise DistlabError("dist.compile_split_ddp=false acts only on compiled models; add dist.compile=true or "
+                           "remove dist.compile_split_ddp")
 
 
 def check_memory_options(cfg: Any) -> None:

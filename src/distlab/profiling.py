@@ -119,7 +119,7 @@ def summarize(prof: Any, wall_s: float, steps: int, device: torch.device) -> dic
         elif name.startswith("phase:") and evt.device_type == torch.autograd.DeviceType.CPU:
             key = name.removeprefix("phase:")
             phases[key] = phases.get(key, 0.0) + evt.cpu_time_total / 1e3
-        elif evt.device_type == torch.autograd.DeviceType.CUDA and not name.startswith("phase:"):
+        elif evt.device_type == torch.autograd.DeviceType.CUDA and not _annotation(evt):
             ms = evt.device_time_total / 1e3 if hasattr(evt, "device_time_total") else evt.cuda_time_total / 1e3
             kind = kernel_kind(name)
             kernels[kind] = kernels.get(kind, 0.0) + ms
@@ -134,6 +134,13 @@ def summarize(prof: Any, wall_s: float, steps: int, device: torch.device) -> dic
         out["host_waits_per_step"] = waits * per
         out["host_wait_ms_per_step"] = wait_ms * per
     return out
+
+
+def _annotation(evt: Any) -> bool:
+    """A named range drawn on the device's timeline (a phase, a compiled region), not a kernel: it spans kernels
+    that are counted on their own, so counting it too made a host-bound step look 100% busy."""
+    return bool(getattr(evt, "is_user_annotation", False)) or evt.name.startswith(("phase:", "Torch-Compiled Region",
+                                                                                  "## ", "CompiledFunction"))
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:

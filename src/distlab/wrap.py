@@ -56,6 +56,10 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
         if cfg.cpu_offload:  # its parameters now live on the host; it still computes on `device`
             model._distlab_offload_device = device  # type: ignore[attr-defined]  (read by placement.compute_device)
     if cfg.compile if compile is None else compile:
+        import torch._dynamo
+
+        # process-wide in torch; every model of a run shares the run's one setting
+        torch._dynamo.config.optimize_ddp = bool(getattr(cfg, "compile_split_ddp", True))
         model = compiled(model, cfg.compile_mode)
     return model
 

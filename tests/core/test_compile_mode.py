@@ -46,3 +46,24 @@ def test_a_mode_without_compilation_or_on_a_recipe_that_does_not_compile_is_refu
     assert ok.dist.compile_mode == CompileMode.max_autotune
     with pytest.raises(DistlabError, match="recipe 'ppo' ignores dist.compile_mode"):
         resolve_config(load_recipe("ppo"), [], ["dist.compile_mode=max_autotune"])
+
+
+def test_split_ddp_needs_compilation_and_sets_dynamos_ddp_optimizer(calls):
+    import torch._dynamo
+
+    from distlab.config import DistConfig
+    from distlab.dist import Runtime
+    from distlab.wrap import wrap_model
+
+    hrm = load_recipe("hrm")
+    with pytest.raises(DistlabError, match="compile_split_ddp=false acts only on compiled models"):
+        resolve_config(hrm, [], ["dist.compile_split_ddp=false", "data.path=nowhere"])
+    with pytest.raises(DistlabError, match="recipe 'ppo' ignores dist.compile_split_ddp"):
+        resolve_config(load_recipe("ppo"), [], ["dist.compile_split_ddp=false"])
+    before = torch._dynamo.config.optimize_ddp
+    try:
+        for split in (False, True):
+            wrap_model(nn.Linear(2, 2), Runtime(), DistConfig(compile=True, compile_split_ddp=split))
+            assert torch._dynamo.config.optimize_ddp is split
+    finally:
+        torch._dynamo.config.optimize_ddp = before

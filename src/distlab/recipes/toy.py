@@ -235,7 +235,7 @@ RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_b
                 validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 report_metrics=("token_accuracy", "loss"), percent_metrics=("token_accuracy",),
                 supports=frozenset({"dist.cpu_offload",
-                                    "dist.grad_accum", "dist.wrap", "dist.compile", "dist.compile_mode",
+                                    "dist.grad_accum", "dist.wrap", "dist.compile", "dist.compile_split_ddp", "dist.compile_mode",
                                     "log.profile_steps",
                                     "dist.activation_checkpointing", "dist.comm_hook", "dist.auto_micro_batch",
                                     "optim.state_dtype"}),

@@ -86,6 +86,6 @@ RECIPE = Recipe(name="grpo", config=GRPOConfig, train=train, presets_dir=PRESETS
                 report_metrics=("pass@1", "sampled_pass@1", "reward_mean"), positive_keys=LM_POSITIVE_KEYS,
                 zero_means=LM_ZERO_MEANS,
                 supports=frozenset({"dist.cpu_offload",
-                                    "run.time_limit_s", "dist.grad_accum", "dist.wrap", "dist.compile",
+                                    "run.time_limit_s", "dist.grad_accum", "dist.wrap", "dist.compile", "dist.compile_split_ddp",
                                     "dist.compile_mode", "dist.activation_checkpointing",
                                     "dist.comm_hook", "optim.state_dtype"}))

@@ -163,5 +163,6 @@ RECIPE = Recipe(name="score", config=ScoreConfig, train=train, presets_dir=PRESE
                 positive_keys=LM_POSITIVE_KEYS | {"critic_lr", "guidance_lr", "critic_updates", "critic_hidden",
                                                   "guidance_every", "hint_max_tokens", "sft_pack", "sft_batch_size"},
                 supports=frozenset({"dist.cpu_offload", "run.time_limit_s", "dist.wrap", "dist.compile",
+                                    "dist.compile_split_ddp",
                                     "dist.compile_mode", "dist.activation_checkpointing",
                                     "dist.comm_hook", "optim.state_dtype"}))
