@@ -21,7 +21,7 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
     rt = session.rt
     tasks = eval_tasks(cfg.task)
     few_shot = train_tasks(cfg.task)[: cfg.task.few_shot] if cfg.task.few_shot else []
-    scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
+    scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode, rt.local_world_size)
     base, tok = load_placed("policy", cfg, session, cfg.run.seed)
     opt = torch.optim.AdamW([p for p in base.parameters() if p.requires_grad], lr=cfg.lr)
     sampling = SamplingCopy(base, DTYPES[cfg.models["policy"].dtype])

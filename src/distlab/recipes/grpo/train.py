@@ -57,7 +57,7 @@ def train(cfg: GRPOConfig, session) -> dict:
     opt = adamw([p for p in policy.parameters() if p.requires_grad], cfg.optim.state_dtype, lr=cfg.lr,
                 weight_decay=cfg.weight_decay)
     sampler = GlobalBatchSampler(len(tasks), cfg.prompts_per_step, rt.rank, rt.world_size, cfg.run.seed)
-    scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
+    scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode, rt.local_world_size)
     start_eval = Box()  # the starting model's per-problem results, for the paired comparison at the end
     session.track_model("policy", policy, [opt])
     session.track("sampler", sampler)

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 from distlab.recipes.lm.sandbox import Sandbox, SandboxConfig
+from distlab.recipes.lm.sandbox.config import per_rank
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.math_answer import check_answer
 from distlab.recipes.lm.tasks.prompts import build_program
@@ -53,8 +54,8 @@ class RewardScorer:
     ``submit_detailed`` gives the whole :class:`Verdict` (SCoRe's guidance may see how turn 1 failed).
     """
 
-    def __init__(self, config: SandboxConfig, mode: str) -> None:
-        self.sandbox = Sandbox(config)
+    def __init__(self, config: SandboxConfig, mode: str, ranks_on_node: int = 1) -> None:
+        self.sandbox = Sandbox(per_rank(config, ranks_on_node))
         self.mode = mode
         self.pool = ThreadPoolExecutor(self.sandbox.config.workers, thread_name_prefix="distlab-reward")
         self.counts: Counter[str] = Counter()

@@ -70,7 +70,7 @@ def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
     rt = session.rt
     tasks = eval_tasks(cfg.task)
     few_shot = train_tasks(cfg.task)[: cfg.task.few_shot] if cfg.task.few_shot else []
-    scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
+    scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode, rt.local_world_size)
     policy, tok = load_placed("policy", cfg, session, cfg.run.seed)
     guidance = gtok = None
     if cfg.guidance != "none":

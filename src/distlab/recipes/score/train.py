@@ -71,7 +71,7 @@ def train(cfg: ScoreConfig, session) -> dict:
     session.track("sampler", sampler)
     session.track("schedule", schedule)
     session.track("start_eval", start_eval)
-    scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
+    scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode, rt.local_world_size)
     count_skipped_steps(session)
     step = session.restore()
     if step == 0 and cfg.sft_steps > 0:

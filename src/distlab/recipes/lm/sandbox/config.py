@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ class SandboxConfig:
     max_procs: int = 64  # processes of the program (fork bombs stop here); its uid may run one more, the judge
     max_file_mb: int = 16  # largest file a program may write, its captured output included
     max_open_files: int = 64
-    workers: int = os.cpu_count() or 1  # programs run at once, each in its own worker slot and uid
+    workers: int = 0  # programs run at once, each in its own worker slot and uid; 0 = the node's cores shared by its ranks
     isolation: str = "auto"  # auto | namespaces | userns | rlimits; a named level that is unavailable is an error
     site_packages: bool = False  # let programs import installed packages (numpy...): slower start-up, .pth files run
     python: str = ""  # interpreter for programs; "" = this one if the sandbox uid can run it, else python3 in /usr
@@ -24,7 +25,18 @@ class SandboxConfig:
 
 # key: (smallest value, largest value or None)
 LIMITS = {"timeout_s": (0.001, 3600.0), "memory_mb": (32, None), "max_procs": (1, None), "max_file_mb": (1, None),
-          "max_open_files": (8, None), "workers": (1, 256)}
+          "max_open_files": (8, None), "workers": (0, 256)}
+
+
+def per_rank(cfg: SandboxConfig, ranks_on_node: int = 1) -> SandboxConfig:
+    """``cfg`` with ``workers=0`` made a number: the node's cores divided among the ranks that share them.
+
+    Every rank of a multi-GPU job scores its own completions with its own pool; a pool as large as the node each
+    would run ranks x cores programs at once, and a program's wall-clock limit would then measure the crowd.
+    """
+    if cfg.workers:
+        return cfg
+    return dataclasses.replace(cfg, workers=max(1, (os.cpu_count() or 1) // max(1, ranks_on_node)))
 
 
 def check_limits(cfg: SandboxConfig) -> None:

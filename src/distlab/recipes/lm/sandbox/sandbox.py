@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from distlab.recipes.lm.sandbox import procs, runner
-from distlab.recipes.lm.sandbox.config import SandboxConfig, check_limits
+from distlab.recipes.lm.sandbox.config import SandboxConfig, check_limits, per_rank
 from distlab.recipes.lm.sandbox.isolation import command, detect, new_uids
 
 log = logging.getLogger("distlab")
@@ -114,7 +114,7 @@ class Sandbox:
     """
 
     def __init__(self, config: SandboxConfig | None = None, **overrides) -> None:
-        cfg = replace(config or SandboxConfig(), **overrides)
+        cfg = per_rank(replace(config or SandboxConfig(), **overrides))  # workers=0: this process has the cores
         check_limits(cfg)
         self.config = cfg
         self.isolation = detect(cfg.isolation, cfg.python)
