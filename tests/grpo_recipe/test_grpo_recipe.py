@@ -239,3 +239,18 @@ def test_control_arm_logs_the_same_rollouts_but_credits_them_at_random(tmp_path)
         assert control[key] == real[key], key
     assert control["grad_norm"] != pytest.approx(real["grad_norm"], rel=1e-3)
     assert summary(tmp_path / "runs" / "control")["param_checksum"] != summary(tmp_path / "runs" / "real")["param_checksum"]
+
+
+def test_bench_scaling_grpo_reads_completions_per_second(workdir):
+    """`distlab bench scaling grpo` measures a GRPO job: each log window carries the job's completions per second."""
+    out = workdir / "bench"
+    run_cli(["bench", "scaling", "grpo", "--procs", "1,2", "--out", str(out), *TINY, "steps=3", "log.every=1",
+             "evaluation.before=false"], workdir, timeout=600)
+    (result,) = out.glob("grpo_scaling_*.json")
+    points = json.loads(result.read_text())["results"]
+    assert [p["devices"] for p in points] == [1, 2]
+    assert all(p["throughput"] > 0 for p in points)
+    (run,) = (out / "runs").glob("*procs1*")
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["examples_per_s"] for r in rows if r.get("split") == "train"]
+    assert len(rates) == 3 and all(r > 0 for r in rates)

@@ -82,7 +82,8 @@ def train(cfg: GRPOConfig, session) -> dict:
     def one_step(step: int) -> dict:
         return grpo_step(cfg, session, parts, [tasks[i] for i in sampler.next()], step, tasks)
 
-    status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("reward_mean",))
+    status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("reward_mean",),
+                                   examples_per_step=cfg.prompts_per_step * cfg.num_generations)
     result = {"status": status, "step": step, **run_fields(cfg, status, step), "train": last,
               "world_size": rt.world_size,
               "param_checksum": module_checksum(unwrap(policy))}

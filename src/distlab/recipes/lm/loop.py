@@ -32,7 +32,7 @@ def skipped_fields(meta: dict) -> dict[str, int]:
 
 
 def run_steps(session, cfg, step: int, one_step: Callable[[int], dict], evaluate: Callable[[int, str], dict],
-              shown: tuple[str, ...]) -> tuple[str, int, dict]:
+              shown: tuple[str, ...], examples_per_step: int = 0) -> tuple[str, int, dict]:
     """Steps from ``step`` to ``cfg.steps``; returns ``(status, last step, last step's metrics)``.
 
     ``one_step(step)`` trains and returns the step's metrics (identical on every rank); ``evaluate``
@@ -40,21 +40,26 @@ def run_steps(session, cfg, step: int, one_step: Callable[[int], dict], evaluate
     A stop signal ends with ``status="preempted"``; ``run.time_limit_s`` ends early but ``completed``.
     Every step's metrics carry ``skipped_steps``, the run's running count of updates skipped for an inf/NaN
     gradient (0 included, in every precision), so a table of results can say how many updates a run made.
+    ``examples_per_step`` (the whole job's completions a step) adds ``examples_per_s`` over each log window, the
+    rate ``distlab bench scaling`` reads; evaluations fall outside the windows.
     """
     progress = session.progress(cfg.steps, step)
     steps, status, last = cfg.steps, "completed", {}
     every = cfg.evaluation.eval_interval_steps
     amp = MixedPrecision.of(session)
     amp.skipped_steps = max(amp.skipped_steps, int(session.counters.get(SKIPPED, 0)))
+    meter = session.throughput()
     while step < steps:
         last = one_step(step)
         last[SKIPPED] = session.counters[SKIPPED] = amp.skipped_steps
         step += 1
+        meter.add(examples_per_step)
         if step % cfg.log.every == 0 or step == steps:
-            session.metrics.log(step, last)
+            session.metrics.log(step, {**last, **meter.report()} if examples_per_step else last)
         progress.update(step, **{k: last[k] for k in shown})
         if every and step % every == 0 and step < steps:
             evaluate(step, "eval")
+            meter.report()  # the evaluation's time is not the training's rate
         stop, steps = session.end_step(step, steps)
         if stop:
             status = "preempted"
