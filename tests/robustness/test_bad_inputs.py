@@ -293,6 +293,14 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("suite-slurm-seeds-dup", ["suite", "slurm", "hierarchical", "--seeds", "1,1"], ["distinct"]),
     ("doctor-recipe", ["doctor", "--recipe", "toyy", "--no-bandwidth"], ["unknown recipe"]),
     ("doctor-value", ["doctor", "--recipe", "toy", "--no-bandwidth", "steps=0"], ["steps=0"]),
+    # --- issue 45 item 6: the last of round 4's small ones
+    ("doctor-procs-0", ["doctor", "--procs", "0", "--no-bandwidth"], ["--procs 0", "1 or more"]),
+    ("doctor-recipe-empty", ["doctor", "--recipe=", "--no-bandwidth"], ["--recipe is empty"]),
+    ("suite-seeds-empty-item", ["suite", "run", "hierarchical", "--seeds", "1,,2", "--dry-run"], ["'1,,2'"]),
+    ("suite-seeds-negative", ["suite", "run", "hierarchical", "--seeds=-3,2", "--dry-run"], ["negative"]),
+    ("suite-dry-run-bad-value", ["suite", "run", "hierarchical", "--dry-run", "steps=-1"], ["steps=-1"]),
+    ("suite-root-is-a-file", ["suite", "run", "hierarchical", "--dry-run", "--root", "garbage.yaml"],
+     ["--root garbage.yaml is a file"]),
     ("sandbox-missing", ["sandbox", "run", "nope.py", "--tests", "nope_tests.py"], ["nope.py"]),
 ]
 

@@ -49,7 +49,7 @@ def _bandwidth(enabled: bool, n_gpus: int, nccl_ok: bool, procs: int, bandwidth_
     return run_allreduce(backend, world, sizes_up_to(bandwidth_mb), timeout_s=timeout_s)
 
 
-def _memory_plan(model: ModelSpec | list[ModelSpec] | None, gpus: list[dict[str, Any]], host: dict[str, Any],
+def memory_plan(model: ModelSpec | list[ModelSpec] | None, gpus: list[dict[str, Any]], host: dict[str, Any],
                  procs: int) -> dict[str, Any] | None:
     """Size against the tightest GPU, or against RAM shared by the CPU ranks; per device for several models."""
     if model is None:
@@ -117,7 +117,7 @@ def collect_report(*, bandwidth: bool = True, model: ModelSpec | None = None, sc
     findings += checks.check_p2p(probe["p2p"])
     bw = _bandwidth(bandwidth, len(gpus), versions["nccl_available"], procs, bandwidth_mb, timeout_s)
     findings += checks.check_bandwidth(bw)
-    memory = _memory_plan(model, gpus, host, train_procs)
+    memory = memory_plan(model, gpus, host, train_procs)
     findings += checks.check_memory(memory)
     speedup, problem = _speedup(scaling_file)
     findings += problem
@@ -163,6 +163,10 @@ def recipe_model_spec(recipe_name: str, overrides: list[str], presets: list[str]
 
 def run_from_args(args: argparse.Namespace, extra: list[str] | None = None, model: ModelSpec | None = None) -> int:
     """Entry point for the parsed ``doctor`` subcommand; ``--recipe`` plus overrides size a model."""
+    if args.procs is not None and args.procs < 1:
+        raise DistlabError(f"--procs {args.procs}: the planned run needs 1 or more processes, e.g. --procs 2")
+    if getattr(args, "recipe", None) == "":
+        raise DistlabError("--recipe is empty; name a recipe, e.g. --recipe grpo (distlab --help lists them)")
     if getattr(args, "recipe", None):
         bad = [e for e in extra or [] if "=" not in e]
         if bad:

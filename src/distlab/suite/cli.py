@@ -118,10 +118,17 @@ def _slurm_defaults(a: argparse.Namespace) -> argparse.Namespace:
 
 
 def _seeds_arg(text: str) -> int | list[int]:
+    """A seed count K (seeds 0..K-1) or a list; an empty item or a negative seed is a typo, never skipped."""
+    fix = "give a count like 3 or a list of seeds 0 or more like 0,3,7"
     try:
-        return [int(s) for s in text.split(",") if s.strip()] if "," in text else int(text)
+        seeds = [int(s) for s in text.split(",")] if "," in text else int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a count like 3 or a list like 0,3,7") from None
+        raise DistlabError(f"--seeds {text!r}: {fix}") from None
+    if any(s < 0 for s in (seeds if isinstance(seeds, list) else [seeds])):
+        raise DistlabError(f"--seeds {text!r} has a negative number; {fix}")
+    if isinstance(seeds, list) and len(set(seeds)) != len(seeds):
+        raise DistlabError(f"--seeds {text!r} repeats a seed (seeds must be distinct); {fix}")
+    return seeds
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -153,18 +160,26 @@ def _check_runs(suite: Suite, seeds, scale: str | None, root: str) -> None:
     """Every experiment's keys and types checked against the recipe's schema, before anything starts or is
     written: a key the recipe does not have (``foo=1`` after the suite name) is refused here, not in every run's
     log. Values are left to each run, so one experiment that fails is reported while the others go on."""
-    from distlab.config import compose
+    from distlab.config import check_values, compose, to_object
     from distlab.recipe import load_recipe
 
-    recipe, seen = load_recipe(suite.recipe), set()
+    if Path(root).exists() and not Path(root).is_dir():
+        raise DistlabError(f"--root {root} is a file, not a folder; give a folder for the results (it is created)")
+    recipe, seen, value_errors = load_recipe(suite.recipe), set(), []
     for spec in suite.runs(seeds, scale=scale, root=root):
         if spec.experiment in seen:
             continue
         seen.add(spec.experiment)
         try:
-            compose(recipe.config, [], spec.overrides, getattr(recipe, "aliases", None))
+            cfg = compose(recipe.config, [], spec.overrides, getattr(recipe, "aliases", None))
         except DistlabError as exc:
             raise DistlabError(f"suite {suite.name}, experiment {spec.experiment}: {exc}") from None
+        try:
+            check_values(recipe, to_object(cfg))
+        except DistlabError as exc:
+            value_errors.append(f"suite {suite.name}, experiment {spec.experiment}: {exc}")
+    if value_errors and len(value_errors) == len(seen):  # e.g. steps=-1 after the suite name: no run could start
+        raise DistlabError(value_errors[0])
 
 
 # ----------------------------------------------------------------------------------------------- slurm
