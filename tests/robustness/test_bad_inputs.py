@@ -255,7 +255,9 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("data-sudoku-short-row", ["data", "sudoku", "--output-dir", "d5", "--source", "short.csv"],
      ["short.csv:3", "columns"]),
     ("data-sudoku-unreachable", ["data", "sudoku", "--output-dir", "d6", "--min-difficulty", "100000",
-                                 "--workers", "2"], ["min-difficulty"]),
+                                 "--workers", "2"], ["--min-difficulty 100000", "200 or less"]),
+    ("data-tasks-too-many", ["data", "tasks", "synthetic", "--n", "100000000", "-o", "many.jsonl"],
+     ["--n 100000000", "between 1 and 200,000"]),
     # --- eval
     ("eval-missing", ["eval", "runs/nope"], ["does not exist"]),
     ("eval-file", ["eval", "afile"], ["is a file, not a run"]),

@@ -27,6 +27,9 @@ CHUNK = 16
 #: "Hard" = at least this many guesses (see ``sudoku_solver.effort``). Every top95 puzzle reaches
 #: it; about a quarter of random minimal puzzles do, so generation stays fast.
 HARD_EFFORT = 5
+#: The largest ``--min-difficulty`` generation accepts. Generated minimal puzzles rarely exceed effort 40, so a
+#: higher floor would run for hours before the acceptance-rate projection could even speak; refused at once.
+MAX_MIN_DIFFICULTY = 200
 #: No uniquely solvable sudoku has fewer than 17 clues, so at most 81 - 17 cells can be blank.
 MAX_BLANKS = 81 - 17
 
@@ -103,6 +106,9 @@ def generate_puzzles(n: int, seed: int, stream: int = 0, min_difficulty: int = 0
     ``blanks``: exactly that many blank cells per puzzle instead of a minimal puzzle (easy demos).
     """
     check_blanks(blanks)
+    if min_difficulty > MAX_MIN_DIFFICULTY:
+        raise DistlabError(f"--min-difficulty {min_difficulty} cannot be generated (generated puzzles rarely exceed "
+                           f"effort 40; hard = {HARD_EFFORT}); use {MAX_MIN_DIFFICULTY} or less")
     seen = set(exclude or ())
     out: list[Generated] = []
     if n <= 0:
