@@ -147,6 +147,10 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("hrm-curriculum-deep", ["train", "hrm", "arch.curriculum=0:1,0.5:9"], ["arch.curriculum"]),
     ("grpo-random-shape", ["train", "grpo", "model.source=random:qwen2.5-1.5"], ["random:qwen2.5-1.5", "qwen2.5-1.5b"]),
     ("grpo-math-family", ["train", "grpo", "task.train=math", "task.families=percnt_of"], ["percnt_of", "percent_of"]),
+    ("grpo-fp16-over-bf16", ["train", "grpo", "dist.precision=fp16", "models.policy.dtype=bf16"],
+     ["models.policy.dtype=bf16", "dist.precision=bf16"]),
+    ("score-fp16-over-bf16", ["train", "score", "dist.precision=fp16", "models.reference.dtype=bf16"],
+     ["models.reference.dtype=bf16"]),
     ("grpo-padding-free-word", ["train", "grpo", "padding_free=maybe"], ["padding_free=maybe", "not a boolean"]),
     ("toy-fp16-word", TOY + ["dist.precision=fp8"], ["dist.precision=fp8"]),
     # --- train ppo

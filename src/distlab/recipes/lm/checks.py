@@ -97,7 +97,20 @@ def check_settings(cfg: Any) -> None:
                            f"which model.attn_implementation={cfg.model.attn_implementation} does not take; use "
                            f"{', '.join(PACKING_ATTENTIONS)}, or padding_free=false")
     check_attention(cfg)
+    check_precision(cfg)
     check_sandbox(cfg.sandbox)
+
+
+def check_precision(cfg: Any) -> None:
+    """fp16 compute over bf16 weights (a model's sampling copy or frozen weights) mixes two 16-bit formats with
+    different ranges in one forward: refused, as HRM refuses fp16 over a bf16 forward."""
+    precision = getattr(cfg.dist.precision, "value", cfg.dist.precision)
+    if precision != "fp16":
+        return
+    for name, m in (getattr(cfg, "models", None) or {}).items():
+        if m.dtype == "bf16":
+            raise DistlabError(f"dist.precision=fp16 with models.{name}.dtype=bf16 would run the {name} in bf16 and "
+                               f"fp16 at once; set models.{name}.dtype=fp16 (or fp32), or dist.precision=bf16")
 
 
 def check_attention(cfg: Any) -> None:
