@@ -18,6 +18,7 @@ import pickle
 import random
 import re
 import shutil
+import sys
 import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -236,6 +237,15 @@ def find_checkpoint(target: Path, verify_given: bool = False, skipped: list[str]
     raise DistlabError(f"no checkpoint under {root} yet; train first (distlab train ...)")
 
 
+def say_skipped(skipped: list[str], used: Path, doing: str) -> None:
+    """Name, on stderr in one line, the newer checkpoints :func:`find_checkpoint` passed over as corrupt and the
+    one used instead (``doing`` it: "exporting", "evaluating"): a fallback nobody hears of ships or scores an older
+    model than the user meant, and a log that says "resumed from" does not tell them."""
+    if skipped:
+        print(f"skipped corrupt checkpoint {'; '.join(skipped)}: {doing} {used.name}, the newest good one",
+              file=sys.stderr)
+
+
 def _no_space(exc: OSError, what: Path) -> DistlabError | None:
     """A one-line error for a full disk (or quota), which needs the user, not a retry."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -293,6 +303,7 @@ class CheckpointManager:
         if verify not in ("hash", "size"):
             raise DistlabError(f"ckpt.verify={verify!r} is not one of hash, size")
         self.root, self.rt, self.keep_last, self.async_save, self.verify = Path(root), rt, keep_last, async_save, verify
+        self.create = create
         self._pending: tuple[Any, Path, Path] | None = None
         if rt.is_main and create:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -442,7 +453,8 @@ class CheckpointManager:
             if state.per_rank:
                 log.warning("world size changed (%s -> %d): per-rank state %s starts fresh",
                             meta.get("world_size"), self.rt.world_size, sorted(state.per_rank))
-        log.info("resumed from %s (step %s)", ckpt, meta.get("step"))
+        # an evaluation (which never creates the checkpoint folder) loads; only training resumes
+        log.info("%s %s (step %s)", "resumed from" if self.create else "loaded", ckpt, meta.get("step"))
         return meta
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from distlab.errors import DistlabError, near_matches
 
 TRAIN_FLAGS = ["--gpus", "--procs", "--nodes", "--node-rank", "--master-addr", "--master-port", "--max-restarts",
-               "--rdzv-backend", "--config", "--show-config", "--dry-run"]
+               "--rdzv-backend", "--force", "--config", "--show-config", "--dry-run"]
 # legacy flags from the seed scripts, rewritten before parsing
 GLOBAL_ALIASES = {"--num_gpus": "--gpus", "--num-gpus": "--gpus", "--nproc": "--procs"}
 
@@ -40,13 +40,15 @@ def _add_launch_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-port", type=int)
     p.add_argument("--max-restarts", type=int, default=0, help="restart all ranks after a failure, resuming")
     p.add_argument("--rdzv-backend", help="e.g. c10d for elastic multi-node rendezvous")
+    p.add_argument("--force", action="store_true", help="start even where the doctor's memory estimate says the "
+                   "run cannot fit on this machine")
 
 
 def _launch_opts(a: argparse.Namespace):
     from distlab.launch import LaunchOptions
 
     return LaunchOptions(a.gpus, a.procs, a.nodes, a.node_rank, a.master_addr, a.master_port, a.max_restarts,
-                         a.rdzv_backend)
+                         a.rdzv_backend, a.force)
 
 
 def _rewrite_aliases(argv: list[str], recipe_aliases: dict[str, str]) -> list[str]:
@@ -101,14 +103,13 @@ def cmd_eval(a: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_export(a: argparse.Namespace, extra: list[str]) -> int:
+    from distlab.checkpoint import say_skipped
     from distlab.export import export_checkpoint
 
     _split_unknown(extra)
     out, ckpt, skipped = export_checkpoint(Path(a.target), a.format, Path(a.output) if a.output else None,
                                            a.adapter)
-    if skipped:
-        print(f"skipped corrupt checkpoint {'; '.join(skipped)}: exporting {ckpt.name}, the newest good one",
-              file=sys.stderr)
+    say_skipped(skipped, ckpt, "exporting")
     size = out.stat().st_size if out.is_file() else sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"wrote {out} ({size / 1e6:.1f} MB) from {ckpt}")
     return 0

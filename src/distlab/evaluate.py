@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from distlab.checkpoint import find_checkpoint
+from distlab.checkpoint import find_checkpoint, say_skipped
 from distlab.errors import DistlabError
 from distlab.rundir import eval_dir, run_dir_of
 
@@ -17,7 +17,9 @@ from distlab.rundir import eval_dir, run_dir_of
 def evaluate_run(target: Path, overrides: list[str], opts, output: Path | None = None) -> int:
     from distlab.launch import train as launch
 
-    ckpt = find_checkpoint(target, verify_given=True)  # verified there, once: the ranks load it as it is
+    skipped: list[str] = []
+    ckpt = find_checkpoint(target, verify_given=True, skipped=skipped)  # verified there, once: the ranks load it
+    say_skipped(skipped, ckpt, "evaluating")  # as export does: never a silent fallback to an older step
     run_dir = run_dir_of(ckpt)
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.exists():

@@ -32,6 +32,7 @@ class LaunchOptions:
     master_port: int | None = None
     max_restarts: int = 0
     rdzv_backend: str | None = None
+    force: bool = False  # start a run the doctor's memory estimate says cannot fit here
 
 
 def check_options(opts: LaunchOptions) -> None:
@@ -155,6 +156,7 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     overrides = [*pinned, *overrides]
     nproc = ranks_per_node(nproc, opts, recipe_name, presets, overrides)
     recipe, cfg = preflight(recipe_name, presets, overrides, nproc * opts.nodes, nproc)
+    check_memory(recipe, cfg, presets, overrides, nproc, opts, evaluating=eval_checkpoint is not None)
     # the run name is fixed here so that every restart (and every node) lands in the same directory
     overrides = [*overrides, f"run.name={cfg.run.name}"]
     os.environ["DISTLAB_CMDLINE"] = shlex.join(["distlab", *sys.argv[1:]])
@@ -175,6 +177,18 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     finally:
         if lock is not None:
             lock.release()
+
+
+def check_memory(recipe, cfg, presets: list[str], overrides: list[str], nproc: int, opts: LaunchOptions,
+                 evaluating: bool = False) -> None:
+    """The doctor's memory verdict for this node's share of the run, before its directory exists (see
+    :mod:`distlab.doctor.fit`); ``--force`` turns a refusal into a warning."""
+    from distlab.doctor.fit import Target, check_fits
+
+    device = str(getattr(cfg.dist.device, "value", cfg.dist.device))
+    on_gpu = device == "cuda" or (device == "auto" and _visible_gpus() > 0)
+    target = Target(nproc, nproc * max(1, cfg.dist.devices_per_rank) if on_gpu else 0)
+    check_fits(recipe, cfg, presets, overrides, nproc * opts.nodes, target, evaluating=evaluating, force=opts.force)
 
 
 def _acquire(lock):

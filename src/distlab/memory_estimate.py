@@ -10,8 +10,10 @@ allocator fragmentation, no DDP bucket copies, no FSDP all-gather buffers).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -75,10 +77,77 @@ def adjust_for_state_dtype(spec: ModelSpec, state_dtype: Any) -> ModelSpec:
 
 def recipe_specs(recipe: Any, cfg: Any) -> ModelSpec | list[ModelSpec] | None:
     """The recipe's memory model for ``cfg`` (one ModelSpec or a list, as the recipe gives it), optimizer
-    state counted at ``optim.state_dtype``; None when the recipe has no memory model."""
+    state counted at ``optim.state_dtype``; None when the recipe has no memory model.
+
+    A recipe may build its model to count the parameters; its initialisers are skipped then (see
+    :func:`initialisers_skipped`), since ``train`` asks this before every launch and HRM's take seconds. A model
+    too large to allocate here (the runs this check exists to refuse) is counted on the meta device instead (its
+    first use costs torch's decompositions, ~2 s), and one whose construction needs its initial values is built
+    as it is."""
     if recipe.model_spec is None:
         return None
-    specs = recipe.model_spec(cfg)
+    specs = _counted(recipe, cfg)
     if isinstance(specs, list):
         return [adjust_for_state_dtype(s, cfg.optim.state_dtype) for s in specs]
     return adjust_for_state_dtype(specs, cfg.optim.state_dtype)
+
+
+def _counted(recipe: Any, cfg: Any) -> Any:
+    import torch
+
+    for device in ("cpu", "meta"):
+        try:
+            with torch.device(device), initialisers_skipped():
+                return recipe.model_spec(cfg)
+        except DistlabError:
+            raise
+        except Exception:  # noqa: BLE001, S112 (too large for the CPU, or needs values: the next way says)
+            continue
+    return recipe.model_spec(cfg)
+
+
+# In-place tensor methods that change what a tensor is rather than the numbers in it: these still run
+SHAPING = frozenset({"requires_grad_", "resize_", "resize_as_", "set_", "squeeze_", "unsqueeze_", "t_", "transpose_",
+                     "swapdims_", "swapaxes_", "as_strided_", "detach_", "share_memory_", "rename_"})
+
+
+@contextlib.contextmanager
+def initialisers_skipped() -> Iterator[None]:
+    """A context in which new parameters keep whatever memory they were given: ``torch.nn.init``'s initialisers
+    and in-place tensor arithmetic (which every initialiser ends in) return their tensor untouched, and random
+    factories become ``empty``. Counting a model's parameters then costs its allocation (untouched pages, on the
+    CPU) instead of its initialisation, and no arithmetic runs on uninitialised memory (denormals, and the
+    rejection loop of a truncated normal: minutes for HRM). Nothing built inside it may be trained."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    random = {torch.randn: torch.empty, torch.rand: torch.empty, torch.randn_like: torch.empty_like,
+              torch.rand_like: torch.empty_like}
+
+    class SkipInit(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func in random:
+                kwargs.pop("generator", None)
+                return random[func](*args, **kwargs)
+            name = getattr(func, "__name__", "")
+            target = args[0] if args else kwargs.get("tensor")
+            if name.endswith("_") and not name.endswith("__") and name not in SHAPING \
+                    and isinstance(target, torch.Tensor):
+                return target
+            return func(*args, **kwargs)
+
+    def untouched(tensor: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: ARG001
+        return tensor
+
+    init = torch.nn.init
+    saved = {name: fn for name, fn in vars(init).items()
+             if name.endswith("_") and not name.startswith("_") and callable(fn)}
+    try:
+        for name in saved:
+            setattr(init, name, untouched)
+        with SkipInit():
+            yield
+    finally:
+        for name, fn in saved.items():
+            setattr(init, name, fn)

@@ -12,6 +12,7 @@ arithmetic a reader can redo; docs/benchmarks.md holds every measured row beside
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -44,7 +45,13 @@ def _config(source: str):
 
 
 def shape(source: str) -> dict[str, int]:
-    """Parameter count and the sizes the activation estimate needs, from the config alone."""
+    """Parameter count and the sizes the activation estimate needs, from the config alone (a copy: ``train``'s
+    memory check asks again for each setting it tries, and parsing a GGUF file's config takes a second)."""
+    return dict(_shape(source))
+
+
+@functools.lru_cache(maxsize=8)
+def _shape(source: str) -> dict[str, int]:
     from transformers import AutoModelForCausalLM
 
     config = _config(source)
