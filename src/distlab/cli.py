@@ -92,14 +92,22 @@ def cmd_train(a: argparse.Namespace, extra: list[str]) -> int:
                            show_only=not a.dry_run)
         print(to_yaml(cfg), end="")
         return 0
-    return train(a.recipe, a.config, overrides, _launch_opts(a))
+    return train(a.recipe, a.config, overrides, _launch_opts(a), memory_check=_memory_check())
 
 
 def cmd_eval(a: argparse.Namespace, extra: list[str]) -> int:
     from distlab.evaluate import evaluate_run
 
     out = Path(a.output) if a.output else None
-    return evaluate_run(Path(a.target), _split_unknown(extra), _launch_opts(a), out)
+    return evaluate_run(Path(a.target), _split_unknown(extra), _launch_opts(a), out, memory_check=_memory_check())
+
+
+def _memory_check():
+    """The doctor's memory verdict, which the ``train`` and ``eval`` commands (and so every run of ``suite run``)
+    apply before a run starts; the launcher itself, a core module, never imports the doctor."""
+    from distlab.doctor.fit import check_launch
+
+    return check_launch
 
 
 def cmd_export(a: argparse.Namespace, extra: list[str]) -> int:

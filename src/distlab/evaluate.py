@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from distlab.checkpoint import find_checkpoint, say_skipped
 from distlab.errors import DistlabError
 from distlab.rundir import eval_dir, run_dir_of
 
+if TYPE_CHECKING:
+    from distlab.launch import MemoryCheck
 
-def evaluate_run(target: Path, overrides: list[str], opts, output: Path | None = None) -> int:
+
+def evaluate_run(target: Path, overrides: list[str], opts, output: Path | None = None,
+                 memory_check: MemoryCheck | None = None) -> int:
+    """Evaluate ``target``'s checkpoint (see :func:`distlab.launch.train` for ``memory_check``)."""
     from distlab.launch import train as launch
 
     skipped: list[str] = []
@@ -29,4 +35,5 @@ def evaluate_run(target: Path, overrides: list[str], opts, output: Path | None =
     if not recipe:
         raise DistlabError(f"{ckpt} does not name its recipe")
     out = Path(output) if output else eval_dir(ckpt)
-    return launch(recipe, [str(cfg_file)], overrides, opts, eval_checkpoint=ckpt, eval_output=out)
+    return launch(recipe, [str(cfg_file)], overrides, opts, eval_checkpoint=ckpt, eval_output=out,
+                  memory_check=memory_check)

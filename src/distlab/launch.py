@@ -12,8 +12,10 @@ import re
 import shlex
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from distlab.dist import detect_env, port_is_free
 from distlab.errors import DistlabError
@@ -144,9 +146,16 @@ def ranks_per_node(nproc: int, opts: LaunchOptions, recipe_name: str, presets: l
     return nproc // k
 
 
+# (recipe, cfg, presets, overrides, processes on this node, options, evaluating): raises to refuse the run
+MemoryCheck = Callable[[Any, Any, list, list, int, LaunchOptions, bool], None]
+
+
 def train(recipe_name: str, presets: list[str], overrides: list[str], opts: LaunchOptions,
-          eval_checkpoint: Path | None = None, eval_output: Path | None = None) -> int:
-    """Start the ranks of a training run (or, with ``eval_checkpoint``, of an evaluation)."""
+          eval_checkpoint: Path | None = None, eval_output: Path | None = None,
+          memory_check: MemoryCheck | None = None) -> int:
+    """Start the ranks of a training run (or, with ``eval_checkpoint``, of an evaluation). ``memory_check`` runs
+    after every other check and before the run directory exists: the ``distlab`` command passes the doctor's (the
+    core never imports the doctor)."""
     from distlab import worker
 
     if detect_env().launcher != "single":  # already a rank of somebody else's launcher
@@ -156,7 +165,8 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     overrides = [*pinned, *overrides]
     nproc = ranks_per_node(nproc, opts, recipe_name, presets, overrides)
     recipe, cfg = preflight(recipe_name, presets, overrides, nproc * opts.nodes, nproc)
-    check_memory(recipe, cfg, presets, overrides, nproc, opts, evaluating=eval_checkpoint is not None)
+    if memory_check is not None:
+        memory_check(recipe, cfg, presets, overrides, nproc, opts, eval_checkpoint is not None)
     # the run name is fixed here so that every restart (and every node) lands in the same directory
     overrides = [*overrides, f"run.name={cfg.run.name}"]
     os.environ["DISTLAB_CMDLINE"] = shlex.join(["distlab", *sys.argv[1:]])
@@ -177,18 +187,6 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     finally:
         if lock is not None:
             lock.release()
-
-
-def check_memory(recipe, cfg, presets: list[str], overrides: list[str], nproc: int, opts: LaunchOptions,
-                 evaluating: bool = False) -> None:
-    """The doctor's memory verdict for this node's share of the run, before its directory exists (see
-    :mod:`distlab.doctor.fit`); ``--force`` turns a refusal into a warning."""
-    from distlab.doctor.fit import Target, check_fits
-
-    device = str(getattr(cfg.dist.device, "value", cfg.dist.device))
-    on_gpu = device == "cuda" or (device == "auto" and _visible_gpus() > 0)
-    target = Target(nproc, nproc * max(1, cfg.dist.devices_per_rank) if on_gpu else 0)
-    check_fits(recipe, cfg, presets, overrides, nproc * opts.nodes, target, evaluating=evaluating, force=opts.force)
 
 
 def _acquire(lock):

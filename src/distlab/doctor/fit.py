@@ -36,6 +36,18 @@ class Target:
         return self.gpus > 0
 
 
+def check_launch(recipe: Any, cfg: Any, presets: list[str], overrides: list[str], nproc: int, opts: Any,
+                 evaluating: bool = False) -> None:
+    """:func:`check_fits` for this node's share of a ``train``/``eval`` launch (``launch.train``'s memory_check):
+    ``nproc`` ranks on the GPUs they will drive, or on the CPU; ``opts.force`` turns a refusal into a warning."""
+    import torch
+
+    device = str(getattr(cfg.dist.device, "value", cfg.dist.device))
+    on_gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    target = Target(nproc, nproc * max(1, cfg.dist.devices_per_rank) if on_gpu else 0)
+    check_fits(recipe, cfg, presets, overrides, nproc * opts.nodes, target, evaluating=evaluating, force=opts.force)
+
+
 def check_fits(recipe: Any, cfg: Any, presets: list[str], overrides: list[str], world_size: int, target: Target,
                *, evaluating: bool = False, force: bool = False) -> None:
     """Refuse (one-line DistlabError) a run the doctor says cannot fit here, naming the estimate, the capacity and
