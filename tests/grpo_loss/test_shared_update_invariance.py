@@ -20,7 +20,7 @@ from distlab.recipes.lm.batching import micro_batches
 from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
 from distlab.recipes.lm.update import policy_update
 from distlab.recipes.score.episode import ROLE_PROMPT, ROLE_Y1, ROLE_Y2
-from distlab.recipes.score.objective import kl_weights, score_policy_loss, step_counts, token_advantages
+from distlab.recipes.score.objective import TurnNorm, kl_weights, score_policy_loss, step_counts, token_advantages
 
 F64 = torch.float64
 V, D, T, N_SEQ, G = 7, 5, 9, 8, 4
@@ -80,7 +80,8 @@ def _update(rank: int, world_size: int, recipe: str, local_norm: bool = False) -
         counts = step_counts(roles)
         adv_tok = token_advantages(roles, adv[mine], -0.5 * adv[mine])
         kl_w = kl_weights(roles, "I", 0.05, 0.5)
-    norm = GlobalNorm.from_counts(counts if local_norm else rt.all_reduce_sum(counts))
+    counts = counts if local_norm else rt.all_reduce_sum(counts)
+    norm = GlobalNorm.from_counts(counts) if recipe == "grpo" else TurnNorm.from_counts(counts)
     batches = micro_batches(per_rank, 2)
 
     def micro_loss(m: int):

@@ -3,13 +3,12 @@
 import pytest
 import torch
 
-from distlab.recipes.lm.pg_loss import GlobalNorm
 from distlab.recipes.lm.stops import Completion
 from distlab.recipes.lm.tasks import synthetic_tasks, text_prompt
 from distlab.recipes.lm.tiny_model import byte_tokenizer
 from distlab.recipes.score.episode import (ROLE_GLUE, ROLE_HINT, ROLE_INSTR, ROLE_PAD, ROLE_PROMPT, ROLE_Y1, ROLE_Y2,
                                            Episode, encode, leaks_code, turn2_prompt)
-from distlab.recipes.score.objective import (guidance_rewards, kl_weights, mc_advantages,
+from distlab.recipes.score.objective import (TurnNorm, guidance_rewards, kl_weights, mc_advantages,
                                              score_policy_loss, step_counts, token_advantages, turn_masks,
                                              turn_rewards, turn_returns)
 
@@ -62,7 +61,9 @@ def test_mc_advantages_subtract_each_turns_group_mean():
 
 
 def test_stage_two_ranks_a_fix_above_a_copy_and_a_break_below_a_failure():
-    """One prompt's group: copy a right y1, fix a wrong one, fail twice, break a right one (r1, r2 per episode)."""
+    """One prompt's group: copy a right y1, fix a wrong one, fail twice, break a right one (r1, r2 per episode).
+
+    Advantages of different states only; what turn 1 and turn 2 learn from them is in test_score_credit.py."""
     r1, r2 = torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([1.0, 1.0, 0.0, 0.0])
     for scale in ("none", "group"):
         _, a2, _ = mc_advantages(*turn_returns(*turn_rewards(r1, r2, "II", 3.0), gamma=0.0), group_size=4,
@@ -79,7 +80,7 @@ def test_stage_two_ranks_a_fix_above_a_copy_and_a_break_below_a_failure():
 def _loss(stage, adv1, adv2, d, loss_type="token", beta1=0.1, beta2=1.0):
     logp = torch.full(ROLES.shape, -1.0, requires_grad=True)
     ref = logp.detach() + d  # d = ref - logp on every position
-    norm = GlobalNorm.from_counts(step_counts(ROLES))
+    norm = TurnNorm.from_counts(step_counts(ROLES))
     adv = token_advantages(ROLES, torch.tensor(adv1), torch.tensor(adv2))
     loss, stats = score_policy_loss(logp, None, ref, adv, ROLES, kl_weights(ROLES, stage, beta1, beta2), epsilon=0.2,
                                     kl="k2", loss_type=loss_type, norm=norm)
@@ -96,23 +97,24 @@ def test_gradient_never_reaches_hint_or_instruction_tokens():
 
 def test_stage_one_kl_gradient_is_beta2_on_turn_one_and_beta1_on_turn_two():
     # no advantage: only the KL term moves the policy; k2 = d^2 / 2 has gradient -d per token
+    # each turn's tokens are averaged over that turn's own count (5 y1 and 5 y2 tokens here)
     _, stats, grad = _loss("I", [0.0, 0.0], [0.0, 0.0], d=0.4, beta1=0.1, beta2=1.0)
-    tokens = int((IS_Y1 | IS_Y2).sum())
-    assert torch.allclose(grad[IS_Y1], torch.full_like(grad[IS_Y1], -1.0 * 0.4 / tokens))
-    assert torch.allclose(grad[IS_Y2], torch.full_like(grad[IS_Y2], -0.1 * 0.4 / tokens))
+    t1, t2 = int(IS_Y1.sum()), int(IS_Y2.sum())
+    assert torch.allclose(grad[IS_Y1], torch.full_like(grad[IS_Y1], -1.0 * 0.4 / t1))
+    assert torch.allclose(grad[IS_Y2], torch.full_like(grad[IS_Y2], -0.1 * 0.4 / t2))
     _, _, grad2 = _loss("II", [0.0, 0.0], [0.0, 0.0], d=0.4, beta1=0.1, beta2=1.0)
     assert torch.allclose(grad2[IS_Y1], grad2[IS_Y2][0].expand(int(IS_Y1.sum())))
     assert stats["kl_y1_sum"] == pytest.approx(0.5 * 0.4 ** 2 * int(IS_Y1.sum()))
 
 
 def test_loss_value_by_hand_for_both_aggregations():
-    # ratio 1 and no KL: the loss is minus the advantage averaged the chosen way
+    # ratio 1 and no KL: the loss is minus the advantage averaged the chosen way within each turn, summed over turns
     loss, _, _ = _loss("II", [1.0, 2.0], [3.0, 4.0], d=0.0, loss_type="token", beta1=0.0, beta2=0.0)
-    n1, n2 = IS_Y1.sum(1).tolist(), IS_Y2.sum(1).tolist()
-    want = -(1 * n1[0] + 2 * n1[1] + 3 * n2[0] + 4 * n2[1]) / (sum(n1) + sum(n2))
-    assert float(loss.detach()) == pytest.approx(want)
+    n1, n2 = IS_Y1.sum(1).tolist(), IS_Y2.sum(1).tolist()  # y1: 3 and 2 tokens; y2: 2 and 3
+    want = -(1 * 3 + 2 * 2) / 5 - (3 * 2 + 4 * 3) / 5
+    assert (n1, n2) == ([3, 2], [2, 3]) and float(loss.detach()) == pytest.approx(want)
     loss, _, _ = _loss("II", [1.0, 2.0], [3.0, 4.0], d=0.0, loss_type="turn", beta1=0.0, beta2=0.0)
-    assert float(loss.detach()) == pytest.approx(-(1 + 2 + 3 + 4) / 4)  # four (episode, turn) segments, each its mean
+    assert float(loss.detach()) == pytest.approx(-(1 + 2) / 2 - (3 + 4) / 2)  # per turn: mean over its 2 segments
 
 
 def test_guidance_reward_is_improvement_less_penalties():

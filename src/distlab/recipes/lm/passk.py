@@ -1,7 +1,7 @@
 """pass@k with confidence intervals, and paired before/after comparisons, as the reviewer asks for them.
 
-A gain is claimed only from a paired test on the same problems (McNemar's exact test for pass/fail outcomes, a
-bootstrap of the per-problem differences for graded scores): problems differ far more in difficulty than two
+A gain is claimed only from a paired test on the same problems (McNemar's exact test for pass/fail outcomes, an
+exact sign-flip test of the per-problem differences for graded scores): problems differ far more in difficulty than two
 checkpoints do, so unpaired intervals overlap even when one system is better on nearly every problem. Intervals come from ``scipy.stats.bootstrap`` over problems (the unit that was sampled), with a fixed seed
 so a report is reproducible. Results are dataclasses of plain floats/ints with ``to_dict`` for JSON.
 """
@@ -136,9 +136,13 @@ class PairedComparison:
     each discordant problem is equally likely to favour either system, so their split is Binomial(n_discordant,
     1/2). ``significant`` means its p-value is below 1 - confidence, and the interval is the exact (Clopper-Pearson)
     interval of that split mapped onto the difference of means, given the discordant count: 3 problems fixed and
-    none broken out of 500 is p = 0.25, not a gain, whatever a bootstrap of 497 zeros and 3 ones says. For graded
-    scores (pass@k from several samples) the interval is a bootstrap over problems and ``significant`` means it
-    excludes 0.
+    none broken out of 500 is p = 0.25, not a gain, whatever a bootstrap of 497 zeros and 3 ones says.
+
+    For graded scores (pass@k from several samples, a change of SCoRe's r2 - r1) the same holds: a bootstrap
+    of a handful of nonzero differences is anti-conservative (six +1 and one -1 out of 500 gave an interval
+    [+0.2, +2.2] pp). ``significant`` therefore comes from :func:`sign_flip_p`, the exact permutation test of
+    the nonzero differences (p = 0.125 there); the interval stays a bootstrap over problems, an effect size
+    that is not the test.
     """
 
     n_problems: int
@@ -153,9 +157,16 @@ class PairedComparison:
     candidate_only: int | None = None  # problems the candidate passes and the baseline fails
     baseline_only: int | None = None
     mcnemar_p: float | None = None
+    sign_flip_p: float | None = None  # graded scores: the exact sign-flip p that decides ``significant``
+    nonzero: int | None = None  # graded scores: problems whose score changed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def p_value(self) -> float:
+        """The p-value behind ``significant``, whichever test gave it."""
+        return float(self.mcnemar_p if self.mcnemar_p is not None else self.sign_flip_p)
 
 
 def paired_comparison(baseline: Sequence[float] | np.ndarray, candidate: Sequence[float] | np.ndarray, *,
@@ -173,8 +184,41 @@ def paired_comparison(baseline: Sequence[float] | np.ndarray, candidate: Sequenc
     if binary:
         return PairedComparison(**common, **_mcnemar(a, b, confidence))
     ci = bootstrap_ci(b - a, confidence=confidence, n_resamples=n_resamples, method=method, seed=seed)
-    return PairedComparison(**common, diff=ci.mean, low=ci.low, high=ci.high, method=ci.method,
-                            significant=bool(ci.low > 0.0 or ci.high < 0.0))
+    p = sign_flip_p(b - a, seed=seed)
+    exact = int(np.count_nonzero(b - a)) <= EXACT_SIGN_FLIP_MAX
+    return PairedComparison(**common, diff=ci.mean, low=ci.low, high=ci.high,
+                            method=f"{'exact' if exact else 'Monte Carlo'} sign-flip p, {ci.method} bootstrap interval",
+                            significant=p < 1 - confidence, sign_flip_p=p, nonzero=int(np.count_nonzero(b - a)))
+
+
+EXACT_SIGN_FLIP_MAX = 20  # up to 2**20 sign patterns are enumerated; beyond, MONTE_CARLO_SIGN_FLIPS random ones
+MONTE_CARLO_SIGN_FLIPS = 100_000
+
+
+def sign_flip_p(diffs: Sequence[float] | np.ndarray, seed: int = 0) -> float:
+    """Two-sided p of the paired sign-flip (permutation) test that the mean of ``diffs`` is 0.
+
+    Under "no difference" each problem's difference is as likely to have either sign, so the null distribution
+    of the mean comes from flipping signs independently; problems with difference 0 flip to themselves and drop
+    out. Exact (every sign pattern) for up to ``EXACT_SIGN_FLIP_MAX`` nonzero differences, where a bootstrap
+    misleads most; beyond that, ``MONTE_CARLO_SIGN_FLIPS`` random patterns from ``seed``. Six +1 and one -1 give
+    p = 16/128 = 0.125; all differences 0 give 1.
+    """
+    from scipy import stats
+
+    d = np.asarray(diffs, dtype=np.float64).reshape(-1)
+    d = d[d != 0]
+    if d.size == 0:
+        return 1.0
+    exact = d.size <= EXACT_SIGN_FLIP_MAX
+    res = stats.permutation_test((d,), _mean_along, permutation_type="samples", vectorized=True,
+                                 n_resamples=2 ** d.size if exact else MONTE_CARLO_SIGN_FLIPS,
+                                 alternative="two-sided", rng=np.random.default_rng(seed))
+    return float(min(1.0, res.pvalue))
+
+
+def _mean_along(x: np.ndarray, axis: int) -> np.ndarray:
+    return np.mean(x, axis=axis)
 
 
 def _mcnemar(a: np.ndarray, b: np.ndarray, confidence: float) -> dict[str, Any]:

@@ -30,9 +30,14 @@ class TurnScale(Choice):
     none = "none"
 
 
+class GuidanceBaseline(Choice):
+    r1 = "r1"  # a hint compared with the prompt's hints after a y1 of the same score (r1 is known before the hint)
+    group = "group"  # with all the prompt's hints (before 2026-11-27)
+
+
 class TurnLoss(Choice):
-    turn = "turn"  # mean over (episode, turn) of per-turn token means
-    token = "token"  # mean over every policy token of the step
+    turn = "turn"  # per turn: mean over its segments of per-segment token means; summed over the two turns
+    token = "token"  # per turn: mean over its tokens; summed over the two turns
 
 
 MODEL_NAMES = ("policy", "reference", "guidance", "critic", "target_critic", "value")
@@ -60,15 +65,17 @@ class ScoreConfig(LMRecipeConfig):
     stage_schedule: str = "I:10,II:20"  # cycled; a last "II:*" means "stage II until the end" (stage I first)
     beta1: float = 0.01  # KL weight on every turn in stage II and on turn 2 in stage I
     beta2: float | None = None  # stage I KL weight on turn-1 tokens; None = 10 x beta1 (the paper's choice)
-    alpha: float = 10.0  # stage II bonus alpha * (r2 - r1), added to turn 2's reward only
+    alpha: float = 10.0  # stage II bonus alpha * (r2 - r1) on turn 2's reward; reaches turn 1 through gamma
     # --- advantages ---
     advantage: Advantage = Advantage.mc
     scale_rewards: TurnScale = TurnScale.none  # mc only: group = divide centred returns by the group's std
-    # turn-level discount of returns and TD targets. 0: each turn is credited with its own reward, so stage I
-    # leaves turn 1 to its KL anchor (the paper's "do not change the first attempt") and the bonus reaches
-    # turn 2 only. 1: turn 1 is credited with turn 2's shaped reward too, R1 = (1 - alpha) r1 + (1 + alpha) r2,
-    # which for alpha > 1 pays turn 1 for being wrong (measured on the CPU demo: acc@t1 0.52 -> 0.26)
-    gamma: float = 0.0
+    # turn-level discount of returns and TD targets. 1 (the paper: the policy gradient of the episode's total):
+    # turn 1 is credited with turn 2's shaped reward, R1 = (1 - alpha) r1 + (1 + alpha) r2 in stage II, so a wrong
+    # y1 that turn 2 fixes earns more than a right y1 that turn 2 copies once alpha > 1 -- the bonus's only effect
+    # on *what* is learned, and a pull towards wrong first attempts that the KL must hold (measured on the CPU
+    # demo at alpha 2: acc@t1 0.52 -> 0.26). 0 (the default until 2026-11-27, kept in the demo presets): each turn
+    # on its own reward; alpha is then only a turn-2 step size and stage I leaves turn 1 to its KL anchor
+    gamma: float = 1.0
     critic_lr: float = 1e-3
     critic_hidden: int = 256  # width of each Q/V head's MLP over pooled policy hidden states
     critic_updates: int = 1  # critic gradient steps per policy step, on that step's transitions
@@ -79,6 +86,8 @@ class ScoreConfig(LMRecipeConfig):
     guidance_prompt_mode: str = ""  # "" = model.prompt_mode
     guidance_lr: float = 1e-6
     guidance_every: int = 1  # K: train the guidance every K policy steps, on that step's episodes
+    # what a hint's reward is compared with: r1 = the prompt's hints after an equally scored y1; group = all G
+    guidance_baseline: GuidanceBaseline = GuidanceBaseline.r1
     hint_max_tokens: int = 48
     hint_temperature: float = 1.0
     hint_len_penalty: float = 0.1  # x (hint tokens / hint_max_tokens) subtracted from the guidance reward

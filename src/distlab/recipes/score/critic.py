@@ -14,6 +14,11 @@ critic step; the policy's advantage is ``min(Q1, Q2)(s, a) - min(V1, V2)(s)``. P
 target head i keeps the twins independent; the min is taken only where it guards against
 over-estimation, in the advantage. The episode gives two transitions: (s0 = x, a1 = y1, rew1, s1) and
 (s1 = x y1 hint instruction, a2 = y2, rew2, terminal).
+
+A step's advantages come from the critic *before* it is fitted on that step's transitions
+(:func:`score_then_fit`): a critic just regressed onto these very returns would score them with its own fit
+error, shrinking every advantage towards 0 the better it fits (ArCHer likewise scores with a critic trained on
+earlier data).
 """
 
 from __future__ import annotations
@@ -122,6 +127,25 @@ def critic_advantages(q: nn.Module, v: nn.Module, t: Transitions) -> tuple[Tenso
     adv = qs - vs
     n = len(t)
     return adv[:n], adv[n:]
+
+
+def score_then_fit(q: nn.Module, v: nn.Module, target: nn.ModuleDict, opt_q: torch.optim.Optimizer,
+                   opt_v: torch.optim.Optimizer, t: Transitions, *, updates: int, gamma: float, tau: float,
+                   global_rows: int, world_size: int = 1, amp: MixedPrecision | None = None
+                   ) -> tuple[Tensor, Tensor, float, float]:
+    """``(A1, A2, q_loss_sum, v_loss_sum)``: advantages from the critic as it stood, then ``updates`` TD steps.
+
+    Scoring first keeps the batch that is scored out of the fit that scores it (the loss sums are the last
+    step's, as :func:`critic_step` returns them).
+    """
+    if updates < 1:
+        raise ValueError(f"critic_updates must be >= 1, got {updates}")
+    a1, a2 = critic_advantages(q, v, t)
+    q_sum = v_sum = 0.0
+    for _ in range(updates):
+        q_sum, v_sum = critic_step(q, v, target, opt_q, opt_v, t, gamma=gamma, tau=tau, global_rows=global_rows,
+                                   world_size=world_size, amp=amp)
+    return a1, a2, q_sum, v_sum
 
 
 @torch.no_grad()

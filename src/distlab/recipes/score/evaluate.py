@@ -51,14 +51,19 @@ def evaluate_self_correction(cfg: ScoreConfig, players: Players, tasks: list[Tas
 
 
 def paired_changes(before: list[dict], after: list[dict]) -> dict:
-    """Before vs after on the same problems, paired (McNemar for Acc@t1 and Acc@t2, a bootstrap for the change of
-    delta(t1,t2)): two accuracies' separate intervals overlap long after a paired test can tell them apart."""
+    """Before vs after on the same problems, paired: two accuracies' separate intervals overlap long after a paired
+    test can tell them apart.
+
+    Acc@t1 and Acc@t2 are pass/fail (McNemar's exact test); the change of delta(t1,t2) is graded, -2..+2 per
+    problem, and usually nonzero on a handful of problems, so its ``_significant`` and ``_p`` come from the exact
+    sign-flip test, not from its bootstrap interval (six +1 and one -1 of 500: interval [+0.2, +2.2] pp, p = 0.125).
+    """
     fields = {}
     for name, score in (("acc_t1_change", lambda r: r["r1"]), ("acc_t2_change", lambda r: r["r2"]),
                         ("delta_change", lambda r: r["r2"] - r["r1"])):
         fields.update(paired_fields([score(r) for r in before], [score(r) for r in after],
                                     {name: "diff", f"{name}_low": "low", f"{name}_high": "high",
-                                     f"{name}_significant": "significant"}))
+                                     f"{name}_significant": "significant", f"{name}_p": "p_value"}))
     return fields
 
 

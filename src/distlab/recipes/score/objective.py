@@ -4,28 +4,38 @@ One episode is ``x | y1 | hint, instruction | y2``; rewards r1 = r(y1), r2 = r(y
 
 * Stage I maximises r2 while holding turn 1 near the base model: the turn rewards are (0, r2), turn-1
   tokens carry KL weight beta2 (10 x beta1 by default) and turn-2 tokens beta1.
-* Stage II maximises r1 + r2 + alpha (r2 - r1) - beta1 KL: turn rewards (r1, r2 + alpha (r2 - r1)),
-  so the bonus sits on turn 2's reward only, and every policy token carries beta1. Turn 2's advantage centres
-  that shaped reward over the prompt's group, so a turn 2 that fixes a wrong y1 outranks one that copies a
-  right one (``mc_advantages``).
+* Stage II maximises r1 + r2 + alpha (r2 - r1) - beta1 KL: turn rewards (r1, r2 + alpha (r2 - r1)), the
+  bonus on turn 2's reward, and every policy token carries beta1.
 
-Turn returns are R1 = rew1 + gamma rew2 and R2 = rew2. With the default gamma = 0 each turn is credited
-with its own reward: in stage I turn 1 then gets no reward gradient and stays at its KL anchor, and in
-stage II the bonus reaches turn 2 only. gamma = 1 credits turn 1 with the whole episode, including
--alpha r1 from the bonus, which rewards a wrong first attempt when alpha > 1 (see ``config.py``). Per token:
-``l = -min(rho A, clip(rho, 1 - eps, 1 + eps) A) + w KL`` on y1 and y2 tokens only, with A the token's
-turn advantage and w its KL weight; prompt, hint, instruction and template tokens get no term at all.
-``turn`` aggregation averages each turn's tokens, then averages over all (episode, turn) segments of
-the step; ``token`` averages over every policy token of the step. Counts are global (all ranks and
-micro-batches, as in ``lm/pg_loss.py``), so the gradient does not depend on world size or micro-batching.
+Turn returns are R1 = rew1 + gamma rew2 and R2 = rew2. The default gamma = 1 is the paper's policy gradient
+of the episode's total: turn 1 is credited with everything it causes, so in stage II
+R1 = (1 - alpha) r1 + (1 + alpha) r2 and a wrong y1 that turn 2 fixes (R1 = 1 + alpha) is worth more than a
+right y1 that turn 2 copies (R1 = 2) once alpha > 1. That is where alpha acts: for turn 2 alone the shaped
+reward is (1 + alpha) r2 minus a term fixed before y2 is sampled, so its expected gradient is
+(1 + alpha) times alpha = 0's in every state (a step size, not a preference for fixing). gamma = 0 (this
+recipe's default until 2026-11-27) credits each turn with its own reward only: alpha is then a turn-2 learning
+rate multiplier, and stage I leaves turn 1 to its KL anchor (``tests/score/test_score_credit.py`` computes both
+expected gradients exactly).
+
+Per token: ``l = -min(rho A, clip(rho, 1 - eps, 1 + eps) A) + w KL`` on y1 and y2 tokens only, with A the
+token's turn advantage and w its KL weight; prompt, hint, instruction and template tokens get no term at all.
+The step's loss is the sum over the two turns of each turn's own GRPO-style loss, each with its own global
+count: ``turn`` averages each turn's tokens, then averages over that turn's segments; ``token`` averages over
+that turn's tokens. A turn's weight therefore does not depend on the other turn's count or length (before
+2026-11-27 one count covered both turns, so in stage I turn 1's KL-only segments halved turn 2's gradient).
+Counts are global (all ranks and micro-batches, as in ``lm/pg_loss.py``), so the gradient does not depend on
+world size or micro-batching.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
+from distlab.recipes.score.config import GuidanceBaseline
 from distlab.recipes.score.episode import ROLE_Y1, ROLE_Y2
 
 STAT_KEYS = ("objective", "pg_sum", "kl_y1_sum", "kl_y2_sum", "tokens_y1", "tokens_y2", "clip_low", "clip_high",
@@ -45,7 +55,8 @@ def kl_weights(roles: Tensor, stage: str, beta1: float, beta2: float) -> Tensor:
 
 
 def turn_rewards(r1: Tensor, r2: Tensor, stage: str, alpha: float) -> tuple[Tensor, Tensor]:
-    """Each turn's own reward: stage I (0, r2); stage II (r1, r2 + alpha (r2 - r1)), the bonus on turn 2 only."""
+    """Each turn's own reward: stage I (0, r2); stage II (r1, r2 + alpha (r2 - r1)). The bonus sits in turn 2's
+    reward; turn 1 sees it only through its return (:func:`turn_returns` with gamma > 0)."""
     if stage == "I":
         return torch.zeros_like(r1), r2.clone()
     if stage != "II":
@@ -54,7 +65,10 @@ def turn_rewards(r1: Tensor, r2: Tensor, stage: str, alpha: float) -> tuple[Tens
 
 
 def turn_returns(rew1: Tensor, rew2: Tensor, gamma: float) -> tuple[Tensor, Tensor]:
-    """Returns from each turn on: R1 = rew1 + gamma rew2 (y1 also causes y2), R2 = rew2."""
+    """Returns from each turn on: R1 = rew1 + gamma rew2 (y1 also causes y2), R2 = rew2.
+
+    gamma = 1 is the policy gradient of the episode's total (the paper); gamma = 0 withholds turn 2's outcome,
+    and with it alpha, from turn 1."""
     return rew1 + gamma * rew2, rew2.clone()
 
 
@@ -62,13 +76,11 @@ def mc_advantages(ret1: Tensor, ret2: Tensor, group_size: int, scale_rewards: st
                   ) -> tuple[Tensor, Tensor, float]:
     """Critic-free baseline: each turn's return minus the mean over the prompt's G episodes (consecutive).
 
-    Turn 2's return in stage II is the shaped ``r2 + alpha (r2 - r1)``, centred over the group *as a whole*.
-    That is what makes the bonus do something: in a group where one episode copies a correct y1 (r1 = r2 = 1)
-    and another fixes a wrong one (r1 = 0, r2 = 1), the fix's turn 2 earns ``alpha`` more than the copy's, and
-    breaking a correct y1 costs ``alpha`` more than failing twice. (Moving ``-alpha r1``, the part fixed before
-    y2 is sampled, into a per-episode baseline would also be unbiased, but it leaves ``(1 + alpha)(r2 -
-    mean r2)``: a step size with ``scale_rewards=none`` and exactly nothing with ``group``, which is how an
-    earlier version of this recipe ran.) ``scale_rewards=group`` also divides by the group's std (GRPO).
+    Centring turn 2's shaped return over the group makes a fix's *advantage* exceed a copy's by alpha, but
+    advantages of different states say nothing about what is learned: given y1, the bonus's ``-alpha r1`` is
+    fixed before y2 is sampled, so turn 2's expected gradient is ``(1 + alpha)(1 - 1/G)`` times the gradient
+    of E[r2] in every state (a step size). Only turn 1's return, through ``gamma``, can prefer a correctable
+    y1 (see the module docstring). ``scale_rewards=group`` also divides by the group's std (GRPO).
     Returns ``(A1, A2, zero-variance fraction of the turn-2 groups)``.
     """
     a1, _ = group_advantages(ret1, group_size, scale_rewards)
@@ -83,29 +95,59 @@ def token_advantages(roles: Tensor, a1: Tensor, a2: Tensor) -> Tensor:
     return torch.where(m1, a1, torch.zeros((), device=roles.device)) + torch.where(m2, a2, torch.zeros((), device=roles.device))
 
 
+@dataclass(frozen=True)
+class TurnNorm:
+    """The step's global counts for each turn apart: each turn's loss is normalised by its own segments/tokens.
+
+    One shared count would make a turn's weight depend on the other turn: in stage I with gamma = 0, turn 1's
+    segments carry only KL yet halved turn 2's policy gradient (``turn``), and a long y1 shrank it (``token``).
+    """
+
+    turn1: GlobalNorm
+    turn2: GlobalNorm
+
+    @classmethod
+    def from_counts(cls, counts: Tensor) -> TurnNorm:
+        """From a summed :func:`step_counts` tensor ``[segments 1, tokens 1, segments 2, tokens 2]``."""
+        if counts.numel() != 4:
+            raise ValueError(f"TurnNorm needs the 4 counts of step_counts, got {counts.numel()}")
+        return cls(GlobalNorm.from_counts(counts[:2]), GlobalNorm.from_counts(counts[2:]))
+
+    @property
+    def num_tokens(self) -> int:
+        return self.turn1.num_tokens + self.turn2.num_tokens
+
+
 def step_counts(roles: Tensor) -> Tensor:
-    """``[turn segments with a token, policy tokens]`` of local episodes: SUM-all-reduce once per step."""
-    return local_counts(*turn_masks(roles))
+    """``[turn-1 segments, turn-1 tokens, turn-2 segments, turn-2 tokens]`` of local episodes (int64):
+    SUM-all-reduce once per step, then :meth:`TurnNorm.from_counts`."""
+    m1, m2 = turn_masks(roles)
+    return torch.cat([local_counts(m1), local_counts(m2)])
 
 
 def score_policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, adv_tok: Tensor, roles: Tensor,
-                      kl_w: Tensor, *, epsilon: float, kl: str = "k3", loss_type: str = "turn", norm: GlobalNorm,
+                      kl_w: Tensor, *, epsilon: float, kl: str = "k3", loss_type: str = "turn", norm: TurnNorm,
                       world_size: int = 1, entropy: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """This micro-batch's share of the step's loss (times ``world_size`` for a DDP mean), and SUM-able stats.
 
-    ``norm.num_seqs`` counts (episode, turn) segments and ``norm.num_tokens`` policy tokens over the
-    whole step (:func:`step_counts`). ``kl_w`` (:func:`kl_weights`) is 0 off the policy's tokens, and
-    ``ref_logp`` may be ``None`` only when every weight is 0.
+    The sum over turns of :func:`~distlab.recipes.lm.pg_loss.policy_loss` on that turn's tokens, normalised by
+    that turn's global counts in ``norm`` (:func:`step_counts`). ``kl_w`` (:func:`kl_weights`) is 0 off the
+    policy's tokens, and ``ref_logp`` may be ``None`` only when every weight is 0.
     """
-    m1, m2 = turn_masks(roles)
     if ref_logp is None and bool((kl_w != 0).any()):
         raise ValueError("a nonzero KL weight needs ref_logp")
-    loss, s = policy_loss(logp, old_logp, ref_logp, adv_tok, [m1, m2], epsilon=epsilon, beta=kl_w, kl=kl,
-                          loss_type=loss_type, norm=norm, world_size=world_size, entropy=entropy)
-    return loss, {"objective": s["objective"], "pg_sum": s["pg_loss_sum"], "kl_y1_sum": s["kl_seg0"],
-                  "kl_y2_sum": s["kl_seg1"], "tokens_y1": s["tokens_seg0"], "tokens_y2": s["tokens_seg1"],
-                  "clip_low": s["clip_low"], "clip_high": s["clip_high"], "entropy_sum": s["entropy_sum"],
-                  "ratio_sum": s["ratio_sum"]}
+    if not isinstance(norm, TurnNorm):
+        raise TypeError(f"norm must be a TurnNorm (one count per turn), got {type(norm).__name__}")
+    total, out = None, {k: None for k in STAT_KEYS}
+    for i, (mask, turn_norm) in enumerate(zip(turn_masks(roles), (norm.turn1, norm.turn2)), start=1):
+        loss, s = policy_loss(logp, old_logp, ref_logp, adv_tok, mask, epsilon=epsilon, beta=kl_w, kl=kl,
+                              loss_type=loss_type, norm=turn_norm, world_size=world_size, entropy=entropy)
+        total = loss if total is None else total + loss
+        out[f"kl_y{i}_sum"], out[f"tokens_y{i}"] = s["kl_sum"], s["num_tokens"]
+        for key, src in (("objective", "objective"), ("pg_sum", "pg_loss_sum"), ("clip_low", "clip_low"),
+                         ("clip_high", "clip_high"), ("entropy_sum", "entropy_sum"), ("ratio_sum", "ratio_sum")):
+            out[key] = s[src] if out[key] is None else out[key] + s[src]
+    return total, out
 
 
 # ------------------------------------------------------------------------------------------ guidance
@@ -113,3 +155,22 @@ def guidance_rewards(r1: Tensor, r2: Tensor, hint_tokens: Tensor, leaks: Tensor,
                      len_penalty: float, leak_penalty: float) -> Tensor:
     """The improvement a hint caused, (r2 - r1), less penalties for its length and for writing code."""
     return (r2 - r1) - len_penalty * hint_tokens.float() / max(max_tokens, 1) - leak_penalty * leaks.float()
+
+
+def guidance_advantages(g: Tensor, r1: Tensor, group_size: int, baseline: str = "r1") -> Tensor:
+    """Each hint's reward minus a baseline over the prompt's G hints; ``r1`` decides which hints compare.
+
+    A hint is sampled after y1 is scored, so r1 is part of its state: a hint after a right y1 can only keep
+    (r2 - r1 <= 0) and one after a wrong y1 can only help (>= 0). ``baseline="r1"`` compares a hint only with the
+    prompt's hints whose y1 scored the same (a hint alone in its cell gets 0: nothing comparable); ``"group"``,
+    the mean of all G (this recipe until 2026-11-27), credits every hint with how good its y1 was, which
+    the hint did not cause (unbiased, but variance that drowns the hint's effect).
+    """
+    if baseline not in {b.value for b in GuidanceBaseline}:
+        raise ValueError(f"guidance_baseline must be 'r1' or 'group', got {baseline!r}")
+    if baseline == "group":
+        return group_advantages(g, group_size, "none")[0]
+    gg, rr = g.float().reshape(-1, group_size), r1.float().reshape(-1, group_size)
+    same = (rr[:, :, None] == rr[:, None, :]).float()  # [N, G, G]: hints of the prompt with an equal r1
+    base = (same @ gg[:, :, None]).squeeze(-1) / same.sum(-1)
+    return (gg - base).reshape(g.shape)

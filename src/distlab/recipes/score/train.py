@@ -5,14 +5,17 @@ Read top to bottom, one step is:
 1. take this rank's prompts from the global-batch sampler and play G episodes of each (``rollout.play``):
    y1 ~ policy(x); h ~ guidance(x, y1) when there is a guidance model; y2 ~ policy(x, y1, h, instruction);
    the sandbox scores y1 and y2 (evaluation also samples turn 2 without the hint, for the hint's effect);
-2. turn rewards for the current stage (stage I: (0, r2); stage II: (r1, r2 + alpha (r2 - r1)));
-3. advantages per turn: ``mc`` = turn returns minus the prompt group's mean; ``critic`` = one or more
-   twin-Q/twin-V TD steps on the step's transitions, target critic soft-updated, then min Q - min V;
+2. turn rewards for the current stage (stage I: (0, r2); stage II: (r1, r2 + alpha (r2 - r1))), and turn
+   returns R1 = rew1 + gamma rew2, R2 = rew2 (gamma = 1 by default: turn 1 is credited with the episode);
+3. advantages per turn: ``mc`` = turn returns minus the prompt group's mean; ``critic`` = min Q - min V of the
+   critic as it stands, then one or more twin-Q/twin-V TD steps on the step's transitions (target critic
+   soft-updated), so no transition is scored by a fit to itself;
 4. ``num_iterations`` clipped policy-gradient updates on y1 and y2 tokens only (``lm/update.py``), with
    per-turn KL weights against the frozen reference (beta2 on y1 in stage I, beta1 elsewhere),
    normalised by global counts (world-size independent, as GRPO);
 5. every ``guidance_every`` steps, a policy-gradient step of a trained guidance model on the
-   improvement its hints caused (r2 - r1) minus length and code-leak penalties;
+   improvement its hints caused (r2 - r1) minus length and code-leak penalties, each hint compared with the
+   prompt's hints after an equally scored y1 (``guidance_baseline``);
 6. log, evaluate, checkpoint (every trainable model and optimizer, the target critic, the schedule
    position and the sampler); generation seeds come from (seed, step, rank), so resume is exact.
 """
@@ -34,7 +37,7 @@ from distlab.recipes.lm.evaluation import logged_evaluation
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.recipes.lm.loop import count_skipped_steps, run_fields, run_steps
 from distlab.recipes.lm.models import SamplingCopy
-from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
+from distlab.recipes.lm.pg_loss import GlobalNorm, local_counts, policy_loss
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.seeds import rollout_seed
 from distlab.recipes.lm.task_sets import task_split
@@ -43,14 +46,14 @@ from distlab.recipes.lm.update import frozen_logprobs, policy_update
 from distlab.recipes.lm.warmup import supervised_warmup
 from distlab.recipes.score import metrics as scm
 from distlab.recipes.score.config import ScoreConfig, beta2_of
-from distlab.recipes.score.critic import Transitions, critic_advantages, critic_step, pooled_features
+from distlab.recipes.score.critic import Transitions, pooled_features, score_then_fit
 from distlab.recipes.lm.prompting import prompt_text
 from distlab.recipes.score.episode import Episode, guidance_length_bound, leaks_code, pack, turn2_length_bound
 from distlab.recipes.score.evaluate import evaluate_self_correction, feedback_label, paired_changes
 from distlab.recipes.score.models import Models, checksums, load_models
-from distlab.recipes.score.objective import (guidance_rewards, kl_weights, mc_advantages,
-                                             score_policy_loss, step_counts, token_advantages, turn_masks,
-                                             turn_rewards, turn_returns)
+from distlab.recipes.score.objective import (TurnNorm, guidance_advantages, guidance_rewards, kl_weights,
+                                             mc_advantages, score_policy_loss, step_counts, token_advantages,
+                                             turn_masks, turn_rewards, turn_returns)
 from distlab.recipes.score.rollout import CacheShapes, Players, play
 from distlab.recipes.score.schedule import StageSchedule
 from distlab.sampler import GlobalBatchSampler
@@ -167,13 +170,12 @@ def _advantages(cfg: ScoreConfig, session, m: Models, opts, episodes, ids, attn,
     if cfg.advantage == "critic":
         feats = pooled_features(m.policy, ids, attn, _ends(episodes).to(ids.device), cfg.micro_batch_size)
         trans = Transitions(feats[:, 0], feats[:, 1], feats[:, 2], feats[:, 3], rew1, rew2)
-        global_rows = 4 * cfg.prompts_per_step * cfg.num_generations
-        for _ in range(cfg.critic_updates):
-            q_sum, v_sum = critic_step(m.critic, m.value, m.target_critic, opts["critic"], opts["value"], trans,
-                                       gamma=cfg.gamma, tau=cfg.tau, global_rows=global_rows,
-                                       world_size=session.rt.world_size, amp=session.amp)
+        a1, a2, q_sum, v_sum = score_then_fit(m.critic, m.value, m.target_critic, opts["critic"], opts["value"],
+                                              trans, updates=cfg.critic_updates, gamma=cfg.gamma, tau=cfg.tau,
+                                              global_rows=4 * cfg.prompts_per_step * cfg.num_generations,
+                                              world_size=session.rt.world_size, amp=session.amp)
         extra.update(critic_q_loss_sum=q_sum, critic_v_loss_sum=v_sum, zero_var_groups=0.0)
-        return critic_advantages(m.critic, m.value, trans)
+        return a1, a2
     ret1, ret2 = turn_returns(rew1, rew2, cfg.gamma)
     a1, a2, zero_var = mc_advantages(ret1, ret2, cfg.num_generations, cfg.scale_rewards)
     extra["zero_var_groups"] = zero_var * (len(episodes) // cfg.num_generations)
@@ -205,7 +207,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     kl_w = kl_weights(roles, stage, cfg.beta1, beta2_of(cfg))
     m1, m2 = turn_masks(roles)
     train_mask = m1 | m2
-    norm = GlobalNorm.from_counts(rt.all_reduce_sum(step_counts(roles)).cpu())
+    norm = TurnNorm.from_counts(rt.all_reduce_sum(step_counts(roles)).cpu())
     times["advantage_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     batches = micro_batches(len(episodes), cfg.micro_batch_size, attn)  # each cut to its own widest episode
@@ -252,7 +254,8 @@ def _guidance_update(cfg: ScoreConfig, session, m: Models, g_opt, episodes: list
     g = guidance_rewards(torch.tensor([ep.r1 for ep in episodes]), torch.tensor([ep.r2 for ep in episodes]),
                          hint_tokens, leaks, max_tokens=cfg.hint_max_tokens, len_penalty=cfg.hint_len_penalty,
                          leak_penalty=cfg.hint_leak_penalty)
-    adv, _ = group_advantages(g, cfg.num_generations, "none")
+    adv = guidance_advantages(g, torch.tensor([ep.r1 for ep in episodes]), cfg.num_generations,
+                              cfg.guidance_baseline.value)
     ids, attn, comp = sequences([ep.hint_prompt_ids for ep in episodes], [ep.hint.token_ids for ep in episodes],
                                 pad, device)
     norm = GlobalNorm.from_counts(rt.all_reduce_sum(local_counts(comp)).cpu())
@@ -276,7 +279,7 @@ def _guidance_update(cfg: ScoreConfig, session, m: Models, g_opt, episodes: list
             "guidance_grad_norm": gnorm}
 
 
-def _step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, norm: GlobalNorm) -> dict:
+def _step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, norm: TurnNorm) -> dict:
     rows = [_row(ep, cfg) for ep in episodes]
     local = {**scm.sums(rows), **{k: sums.get(k, 0.0) for k in ("kl_y1_sum", "kl_y2_sum", "tokens_y1", "tokens_y2",
                                                                 "clip_low", "clip_high", "entropy_sum")},
