@@ -9,11 +9,15 @@ import pytest
 import torch
 from torch import nn
 
+from distlab.config import resolve_config
+from distlab.errors import DistlabError
+from distlab.recipe import load_recipe
 from distlab.recipes.score.config import ScoreConfig
 from distlab.recipes.score.critic import Transitions, critic_advantages, make_target, score_then_fit
 from distlab.recipes.score.episode import ROLE_PAD, ROLE_PROMPT, ROLE_Y1, ROLE_Y2
 from distlab.recipes.score.objective import (TurnNorm, guidance_advantages, guidance_rewards, kl_weights,
                                              score_policy_loss, step_counts, token_advantages)
+from distlab.recipes.score.recipe import check
 
 P, Y1, Y2, X = ROLE_PROMPT, ROLE_Y1, ROLE_Y2, ROLE_PAD
 
@@ -42,6 +46,14 @@ def test_a_hint_alone_in_its_cell_gets_no_advantage_and_groups_stay_apart():
     torch.testing.assert_close(guidance_advantages(g, r1, 2), torch.tensor([0.0, 0.0, 0.55, -0.55]))
     with pytest.raises(ValueError, match="guidance_baseline must be 'r1' or 'group'"):
         guidance_advantages(g, r1, 2, "prompt")
+
+
+@pytest.mark.parametrize("override, message", [("guidance_baseline=prompt", r"expected one of \[r1, group\]"),
+                                               ("gamma=1.5", r"0 <= gamma <= 1 \(got tau=0.1, gamma=1.5\)")])
+def test_bad_credit_settings_fail_in_one_line(override, message):
+    with pytest.raises(DistlabError, match=message):
+        check(resolve_config(load_recipe("score"), [], ["model.source=tiny:llama-2l", "model.prompt_mode=text",
+                                                        override]), 1)
 
 
 # ------------------------------------------------------------------------------------------- D11 normalisers
