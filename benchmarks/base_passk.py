@@ -31,6 +31,7 @@ import torch  # noqa: E402
 from distlab.atomic import atomic_write_json  # noqa: E402
 from distlab.dist import Runtime  # noqa: E402
 from distlab.errors import DistlabError  # noqa: E402
+from distlab.logs import phase_progress  # noqa: E402
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k  # noqa: E402
 from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
 from distlab.recipes.lm.rewards import RewardScorer  # noqa: E402
@@ -62,18 +63,11 @@ def run(args: argparse.Namespace) -> dict:
     model = model.to(device=device, dtype=getattr(torch, args.dtype)).eval()
     load_s = time.perf_counter() - t0
     scorer = RewardScorer(SandboxConfig(workers=args.workers, timeout_s=args.timeout_s), args.prompt_mode)
-    done, started = [0], time.perf_counter()
-
-    def progress(n: int) -> None:
-        done[0] += n
-        rate = done[0] / max(time.perf_counter() - started, 1e-9)
-        eta = (len(tasks) - done[0]) / rate if rate else float("nan")
-        print(f"  {done[0]}/{len(tasks)} problems, {rate * 60:.1f}/min, ETA {eta / 60:.1f} min", file=sys.stderr,
-              flush=True)
-
+    started = time.perf_counter()
     try:
         out = evaluate_pass_at_k(model, tok, tasks, [], sampling, EvalConfig(), scorer, Runtime(device=device),
-                                 seed=args.seed, step_rows=args.chunk, on_chunk=progress)
+                                 seed=args.seed, step_rows=args.chunk,
+                                 progress=lambda label, total: phase_progress(label, total, "problem", quiet_s=0))
     finally:
         scorer.close()
     m = out["metrics"]

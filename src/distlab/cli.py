@@ -116,7 +116,7 @@ def cmd_export(a: argparse.Namespace, extra: list[str]) -> int:
 
     _split_unknown(extra)
     out, ckpt, skipped = export_checkpoint(Path(a.target), a.format, Path(a.output) if a.output else None,
-                                           a.adapter)
+                                           a.adapter, a.dtype)
     say_skipped(skipped, ckpt, "exporting")
     size = out.stat().st_size if out.is_file() else sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"wrote {out} ({size / 1e6:.1f} MB) from {ckpt}")
@@ -163,6 +163,8 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
                    "save_pretrained directory that transformers loads (LM recipes), LoRA merged")
     x.add_argument("--adapter", action="store_true", help="with --format hf: keep the LoRA adapter (PEFT) "
                    "instead of merging it")
+    x.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="with --format hf: cast every weight (after "
+                   "the LoRA merge) to this dtype; default: as the checkpoint holds them (trained weights fp32)")
     x.set_defaults(func=cmd_export)
     r = sub.add_parser("recipes", help="list the installed recipes")
     r.set_defaults(func=cmd_recipes)

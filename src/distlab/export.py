@@ -9,6 +9,7 @@ the newest checkpoint whose files match their manifest is exported and each newe
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import tempfile
@@ -17,16 +18,25 @@ from pathlib import Path
 from distlab.errors import DistlabError
 
 MARKER = "distlab_export.json"  # written into every exported directory: what it came from
+EXPORT_DTYPES = ("bf16", "fp16", "fp32")  # --dtype: what a recipe's export casts its weights to
 
 
-def export_checkpoint(target: Path, fmt: str = "pt", output: Path | None = None, adapter: bool = False
-                      ) -> tuple[Path, Path, list[str]]:
-    """``(written path, checkpoint used, skipped corrupt checkpoints)``; a one-line DistlabError otherwise."""
+def export_checkpoint(target: Path, fmt: str = "pt", output: Path | None = None, adapter: bool = False,
+                      dtype: str | None = None) -> tuple[Path, Path, list[str]]:
+    """``(written path, checkpoint used, skipped corrupt checkpoints)``; a one-line DistlabError otherwise.
+
+    ``dtype`` (``bf16``, ``fp16``, ``fp32``) casts the weights a recipe's format writes: a bf16 model directory is
+    half the size of the fp32 one training keeps, and is what serving stacks load. None keeps the checkpoint's."""
     from distlab.checkpoint import STEP_DIR, export_model, find_checkpoint, verify_checkpoint
     from distlab.rundir import run_dir_of
 
     if adapter and fmt == "pt":
         raise DistlabError("--adapter keeps a LoRA adapter, which only a model directory can hold; add --format hf")
+    if dtype is not None and fmt == "pt":
+        raise DistlabError(f"--dtype {dtype} casts a model directory; --format pt keeps the checkpoint's dtypes. Add "
+                           f"--format hf")
+    if dtype is not None and dtype not in EXPORT_DTYPES:
+        raise DistlabError(f"--dtype {dtype}: choose one of {', '.join(EXPORT_DTYPES)}")
     skipped: list[str] = []
     ckpt = find_checkpoint(Path(target), skipped=skipped)  # a run's checkpoints are verified there, newest first
     problem = verify_checkpoint(ckpt) if STEP_DIR.match(Path(target).name) else None  # a given one here: once
@@ -38,6 +48,8 @@ def export_checkpoint(target: Path, fmt: str = "pt", output: Path | None = None,
         return export_model(ckpt, out, verified=True), ckpt, skipped
     extra = json.loads((ckpt / "extra.json").read_text())
     recipe, cfg = _recipe_and_config(ckpt, extra, fmt)
+    if dtype is not None and "dtype" not in inspect.signature(recipe.export).parameters:
+        raise DistlabError(f"recipe {recipe.name} cannot cast its --format {fmt} export; leave out --dtype")
     out = Path(output) if output else run_dir_of(ckpt) / (f"{fmt}-adapter" if adapter else fmt)
     _check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -48,9 +60,10 @@ def export_checkpoint(target: Path, fmt: str = "pt", output: Path | None = None,
         out.rename(old / out.name)
     try:
         out.mkdir()
-        recipe.export(cfg, ckpt, out, fmt, adapter)
+        recipe.export(cfg, ckpt, out, fmt, adapter, **({"dtype": dtype} if dtype else {}))
         (out / MARKER).write_text(json.dumps({"checkpoint": str(ckpt.resolve()), "step": extra.get("step"),
-                                              "recipe": recipe.name, "format": fmt, "adapter": adapter}, indent=2))
+                                              "recipe": recipe.name, "format": fmt, "adapter": adapter,
+                                              "dtype": dtype}, indent=2))
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         if (old / out.name).exists():

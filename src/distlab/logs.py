@@ -190,24 +190,79 @@ def human_duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
-class Progress:
-    """Rank-0 progress with rate and ETA: a rich bar on a terminal, periodic log lines otherwise."""
+def rate_text(rate: float, unit: str) -> str:
+    """``12.09 step/s``, or ``42.1 s/update`` below one per second: a slow phase never reads ``0.00 update/s``."""
+    if rate >= 1.0:
+        return f"{rate:.2f} {unit}/s"
+    if rate > 0.0:
+        return f"{1.0 / rate:.1f} s/{unit}"
+    return f"? {unit}/s"
 
-    def __init__(self, total: int, start: int = 0, enabled: bool = True, unit: str = "step", every_s: float = 10.0):
-        self.total, self.done, self.unit, self.every_s = total, start, unit, every_s
-        self.enabled = enabled
-        self._t0, self._n0, self._last = time.perf_counter(), start, 0.0
-        self._bar = None
-        self.fields: dict[str, str] = {}
-        if enabled and sys.stderr.isatty():
+
+class _SharedBar:
+    """The one rich live display of this process, holding every bar that is open.
+
+    Rich allows a single live display at a time, and an evaluation's bar opens inside the training loop's:
+    both are tasks of this one display, which starts with the first bar and stops when the last one closes.
+    """
+
+    def __init__(self) -> None:
+        self.rich: Any = None
+        self.open = 0
+
+    def add(self, description: str, total: int, completed: int, visible: bool) -> int:
+        if self.rich is None:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress
 
-            self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            self.rich = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                      TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                                      TextColumn("{task.fields[info]}"), transient=False)
-            self._task = self._bar.add_task("train", total=total, completed=start, rate="", info="")
-            self._bar.start()
+            self.rich.start()
+        self.open += 1
+        return self.rich.add_task(description, total=total, completed=completed, rate="", info="", visible=visible)
+
+    def close(self, task: int, keep: bool) -> None:
+        if not keep:
+            self.rich.remove_task(task)
+        self.open -= 1
+        if self.open == 0:
+            self.rich.stop()
+            self.rich = None
+
+
+_BAR = _SharedBar()
+
+
+class Progress:
+    """Progress of one phase with count, rate and ETA (rank 0): a rich bar on a terminal, a log line every
+    ``every_s`` otherwise. Every long phase reports through this class (``Session.progress`` for the step loop,
+    ``Session.phase`` or :func:`phase_progress` for evaluations, rollouts, backtests and probes), so they all look
+    alike and nest: bars share one live display (:class:`_SharedBar`).
+
+    ``quiet_s``: nothing is shown before the phase has run this long, so a phase of a second adds no noise and
+    one of a minute is never silent. ``transient``: the bar goes when the phase closes (a phase inside training).
+    ``label`` heads the line (default: the unit, as in ``step 5/100``).
+    """
+
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, unit: str = "step", every_s: float = 10.0,
+                 label: str | None = None, quiet_s: float = 0.0, transient: bool = False):
+        self.total, self.done, self.unit, self.every_s = total, start, unit, every_s
+        self.label, self.quiet_s, self.transient = label, quiet_s, transient
+        self.enabled = enabled
+        self._t0, self._n0, self._last = time.perf_counter(), start, 0.0
+        self._printed: int | None = None  # the count on the last line printed: the same line is never printed twice
+        self._task: int | None = None
+        self._shown = quiet_s <= 0
+        self.fields: dict[str, str] = {}
+        if enabled and sys.stderr.isatty():
+            self._task = _BAR.add(label or "train", total, start, visible=self._shown)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def rate(self) -> float:
         dt = time.perf_counter() - self._t0
@@ -217,24 +272,52 @@ class Progress:
         r = self.rate()
         return (self.total - self.done) / r if r > 0 else float("inf")
 
+    def advance(self, n: int = 1, **info: Any) -> None:
+        """Count ``n`` more done (a chunk of prompts, a day of trading)."""
+        self.update(self.done + n, **info)
+
     def update(self, done: int, **info: Any) -> None:
         self.done = done
         if not self.enabled:
             return
         self.fields.update({k: (f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in info.items()})
+        now = time.perf_counter()
+        if not self._shown and now - self._t0 < self.quiet_s:
+            return
         text = " ".join(f"{k}={v}" for k, v in self.fields.items())
-        if self._bar is not None:
-            self._bar.update(self._task, completed=done, rate=f"{self.rate():.2f} {self.unit}/s", info=text)
-        elif time.perf_counter() - self._last > self.every_s or done >= self.total:
-            self._last = time.perf_counter()
-            eta = self.eta_s()
-            eta_txt = human_duration(eta) if eta != float("inf") else "?"
-            log.info("%s %d/%d  %.2f %s/s  eta %s  %s", self.unit, done, self.total, self.rate(), self.unit,
-                     eta_txt, text)
+        if self._task is not None:
+            self._shown = True
+            _BAR.rich.update(self._task, completed=done, rate=rate_text(self.rate(), self.unit), info=text,
+                             visible=True)
+        elif (now - self._last > self.every_s or done >= self.total) and done != self._printed:
+            self._last, self._printed, self._shown = now, done, True
+            self._emit(text)
+
+    def line(self, text: str = "") -> str:
+        """The plain-text progress line: ``eval_start: problem 40/200  3.10 problem/s  eta 52 s  info``."""
+        eta = self.eta_s()
+        head = f"{self.label}: {self.unit} " if self.label else f"{self.unit} "
+        return (f"{head}{self.done}/{self.total}  {rate_text(self.rate(), self.unit)}  eta "
+                f"{human_duration(eta) if eta != float('inf') else '?'}  {text}").rstrip()
+
+    def _emit(self, text: str) -> None:
+        """Through the ``distlab`` logger (a run's console and log files) or, where no command set it up (the
+        doctor, a backtest), straight to stderr."""
+        if log.handlers:
+            log.info("%s", self.line(text))
+        else:
+            print(f"{time.strftime('%H:%M:%S')} {self.line(text)}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+        if self._task is not None:
+            task, self._task = self._task, None
+            _BAR.close(task, keep=not self.transient)
+
+
+def phase_progress(label: str, total: int, unit: str, enabled: bool = True, quiet_s: float = 3.0) -> Progress:
+    """The progress of a phase that may take long (an evaluation, a rollout, a backtest, a doctor probe): shown once
+    it has run ``quiet_s`` seconds, then with count, rate and ETA, and gone from a terminal when it ends."""
+    return Progress(total, 0, enabled=enabled, unit=unit, label=label, quiet_s=quiet_s, transient=True)
 
 
 def peak_flops(device_name: str, override_tflops: float | None) -> float | None:

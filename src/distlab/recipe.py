@@ -75,7 +75,8 @@ class Recipe:
     validate: Callable[[Any, int], None] | None = None  # fail-fast checks in the launching process
     evaluate: Callable[[Any, Any, Path], dict] | None = None  # (cfg, Session, checkpoint) -> metrics
     # ``distlab export --format F`` for F in export_formats (the core writes ``pt`` itself): (cfg, checkpoint,
-    # out_dir, F, adapter) writes the model into the empty out_dir, on one process; the checkpoint is verified
+    # out_dir, F, adapter) writes the model into the empty out_dir, on one process; the checkpoint is verified.
+    # An export that also takes a ``dtype`` keyword (bf16, fp16, fp32) serves ``--dtype``
     export: Callable[[Any, Path, Path, str, bool], None] | None = None
     export_formats: tuple[str, ...] = ()
     model_spec: Callable[[Any], Any] | None = None  # doctor's memory estimate: a ModelSpec or a list, one per model

@@ -17,6 +17,8 @@ def closing_report(summary: dict[str, Any], run_dir: Path, wall_s: float, comman
     status, step = summary.get("status", "?"), summary.get("step")
     steps = summary.get("steps", step)
     head = f"run {run_dir.name} {status}: step {step} of {steps} in {human_duration(wall_s)}"
+    if summary.get("stopped_in"):  # a stop that cut an evaluation short: the step count alone would hide it
+        head += f" (stopped during {summary['stopped_in']})"
     rate = (summary.get("train") or {}).get("examples_per_s")
     if rate:
         head += f" ({rate:,.0f} examples/s at the last log)"

@@ -23,7 +23,7 @@ from distlab.checkpoint import CheckpointManager, TrainState
 from distlab.config import BaseConfig, Resume, to_yaml
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
-from distlab.logs import MetricLogger, Progress, Throughput, device_peak_memory, peak_flops
+from distlab.logs import MetricLogger, Progress, Throughput, device_peak_memory, peak_flops, phase_progress
 from distlab.memory_snapshot import MemorySnapshot
 from distlab.profiling import StepProfiler
 from distlab.rundir import checkpoints_dir, update_manifest
@@ -45,8 +45,8 @@ def _on_stop_signal(signum: int, frame: Any) -> None:  # noqa: ARG001
     if signum != signal.SIGUSR1 and any(s != signal.SIGUSR1 for s in _received):
         raise KeyboardInterrupt
     if not _received:
-        log.warning("received %s: will checkpoint and stop at the next step boundary",
-                    signal.Signals(signum).name)
+        log.warning("received %s: will checkpoint and stop at the next step boundary (an evaluation under way stops "
+                    "after its current chunk)", signal.Signals(signum).name)
     _received.append(signum)
 
 
@@ -83,6 +83,18 @@ def stop_signal() -> int | None:
     return _received[0] if _received else None
 
 
+def stop_requested() -> bool:
+    """Whether a stop signal arrived: a long phase between step boundaries (an evaluation) polls this between its
+    chunks and gives up with :class:`StopRequested`, instead of making Ctrl-C wait for all of it."""
+    return bool(_received)
+
+
+class StopRequested(Exception):
+    """A phase between step boundaries (an evaluation) was cut short by a stop signal, on every rank at the same
+    point (the phase agrees on it in a collective it makes anyway). The step loop catches it, checkpoints the last
+    finished step and ends the run as preempted; ``distlab eval`` ends without writing results."""
+
+
 class Session:
     def __init__(self, cfg: Any, rt: Runtime, recipe: str, run_dir: Path, scaling: list[dict] | None = None,
                  ckpt_root: Path | None = None, eval_mode: bool = False):
@@ -102,6 +114,8 @@ class Session:
                                     config={"yaml": to_yaml(cfg)} if rt.is_main else None,
                                     extra=lambda: {**device_peak_memory(rt), **self.amp.metrics()})
         self.state = TrainState()
+        self.saved_step: int | None = None  # the step of the checkpoint last written or restored: saved twice never
+        self.stopped_in: str | None = None  # the phase a stop signal cut short ("eval at step 2"): in the summary
         if self.amp.enabled:  # optional: a checkpoint from a run in fp32/bf16 resumes with a fresh scale
             self.state.add("amp", self.amp, optional=True)
         self._t0 = time.monotonic()
@@ -149,7 +163,14 @@ class Session:
         return no_sync(model, micro_step < self.cfg.dist.grad_accum - 1)
 
     def progress(self, total: int, start: int = 0, unit: str = "step") -> Progress:
+        """The step loop's progress (rank 0, ``log.progress``): count, rate, ETA and the metrics it is given."""
         return Progress(total, start, enabled=self.rt.is_main and self.cfg.log.progress, unit=unit)
+
+    def phase(self, label: str, total: int, unit: str) -> Progress:
+        """The progress of a phase inside or beside the step loop (an evaluation, a rollout), named ``label``: shown
+        by rank 0 once it has lasted a few seconds (``log.progress``), so a long one is never silent. Use it as a
+        context manager, so a phase cut short still takes its bar away."""
+        return phase_progress(label, total, unit, enabled=self.rt.is_main and self.cfg.log.progress)
 
     def throughput(self) -> Throughput:
         name = torch.cuda.get_device_name(self.rt.device) if self.rt.device.type == "cuda" else "cpu"
@@ -210,6 +231,8 @@ class Session:
                                f"(the old ones are kept aside)")
         if meta is None and resume == Resume.must:
             raise DistlabError(f"run.resume=must but {self.ckpt.root} holds no usable checkpoint")
+        if meta is not None:
+            self.saved_step = int(self.counters["step"])
         return int(self.counters["step"])
 
     def load_checkpoint(self, path: Path) -> dict:
@@ -222,6 +245,7 @@ class Session:
         if self.eval_mode or not (last or (every > 0 and step % every == 0)):
             return False
         self.ckpt.save(step, self.state, {"recipe": self.recipe, "config": to_yaml(self.cfg)})
+        self.saved_step = step
         return True
 
     # -- preemption ------------------------------------------------------------------------
@@ -282,6 +306,8 @@ class Session:
         if signum is not None and summary.get("status") == "preempted":
             # said in the summary so that scripts and requeue logic can tell a signal from run.stop_at
             summary["stopped_by"] = signal.Signals(signum).name
+        if self.stopped_in is not None and summary.get("status") == "preempted":
+            summary["stopped_in"] = self.stopped_in
         if self.rt.is_main:
             atomic_write_json(self.run_dir / "summary.json", summary)
             log.info("%s", closing_report(summary, self.run_dir, time.monotonic() - self._t0,

@@ -23,7 +23,7 @@ from distlab.errors import DistlabError
 from distlab.logs import log_metrics_table, setup_logging
 from distlab.recipe import Recipe, load_recipe
 from distlab.rundir import RunLock, checkpoints_dir, eval_dir, manifest, write_manifest
-from distlab.session import Session, install_stop_handlers, stop_signal
+from distlab.session import Session, StopRequested, install_stop_handlers, stop_signal
 
 log = logging.getLogger("distlab")
 _HELD: list[RunLock] = []  # the run lock lives as long as this process
@@ -183,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _leave(_fail(rank, "interrupted", "stopped by a second signal before a checkpoint could be taken",
                             130))
+    except StopRequested:  # only `distlab eval` lets it out: training turns it into a preempted run
+        import signal
+
+        signum = stop_signal() or signal.SIGINT
+        return _leave(_fail(rank, "interrupted", f"evaluation stopped by {signal.Signals(signum).name} before it "
+                            f"finished; nothing written, run the same command again to evaluate", 128 + signum))
     except OSError as exc:
         from distlab.checkpoint import _no_space
 
@@ -199,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         import signal
 
         name = signal.Signals(signum).name
-        msg = (f"stopped by {name} at step {result.get('step')}; checkpoint saved, rerun the same command to resume")
+        step = result.get("step")
+        saved = ("checkpoint saved, rerun the same command to resume" if step else
+                 "nothing trained yet, so nothing saved; rerun the same command to start again")
+        msg = f"stopped by {name} at step {step}; {saved}"
         if rank == "0" and not os.environ.get(LAUNCHER_PID_ENV):
             print(f"distlab: {msg}", file=sys.stderr)
         _to_rank_log(rank, f"exit: preempted: {msg}")

@@ -139,3 +139,33 @@ def test_smollm2_checkpoint_exports_with_equal_logits(tmp_path):
     config = json.loads((run / "hf-adapter" / "adapter_config.json").read_text())
     assert Path(config["base_model_name_or_path"], "config.json").is_file()  # the GGUF's converted copy
     _check_export(model, tok, run / "hf-adapter", adapter=True)
+
+
+@pytest.mark.parametrize("dtype, torch_dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_export_casts_to_the_dtype_asked_and_the_model_loads_in_it(tmp_path, dtype, torch_dtype):
+    """``--dtype``: every weight of the directory in that dtype, half the fp32 export's size, loaded by transformers
+    in it (``torch_dtype="auto"``), each weight the fp32 export's (the LoRA merged first) rounded once."""
+    from transformers import AutoModelForCausalLM
+
+    run_cli(["train", "grpo", *TINY, "model.lora_r=4", "run.name=cast"], tmp_path)
+    run = tmp_path / "runs" / "cast"
+    run_cli(["export", str(run), "--format", "hf", "-o", str(tmp_path / "fp32")], tmp_path)
+    run_cli(["export", str(run), "--format", "hf", "--dtype", dtype, "-o", str(tmp_path / dtype)], tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / dtype, torch_dtype="auto").eval()
+    assert {p.dtype for p in loaded.parameters()} == {torch_dtype}
+    full = AutoModelForCausalLM.from_pretrained(tmp_path / "fp32", torch_dtype=torch.float32).state_dict()
+    for name, weight in loaded.state_dict().items():
+        assert torch.equal(weight, full[name].to(torch_dtype)), name
+    size = {d: sum(f.stat().st_size for f in (tmp_path / d).glob("*.safetensors")) for d in ("fp32", dtype)}
+    assert size[dtype] < 0.6 * size["fp32"]
+    assert json.loads((tmp_path / dtype / "distlab_export.json").read_text())["dtype"] == dtype
+
+
+def test_dtype_is_refused_in_one_line_where_it_cannot_apply(tmp_path):
+    run_cli(["train", "grpo", *TINY, "run.name=one"], tmp_path)
+    for args, message in ((["--dtype", "bf16"], "--format pt keeps the checkpoint's dtypes"),
+                          (["--format", "hf", "--dtype", "int8"], "invalid choice: 'int8'")):
+        proc = run_cli(["export", str(tmp_path / "runs" / "one"), *args], tmp_path, check=False)
+        assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1], proc.stderr
+    proc = run_cli(["export", str(tmp_path / "runs" / "one"), "--dtype", "bf16"], tmp_path, check=False)
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

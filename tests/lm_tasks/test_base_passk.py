@@ -22,7 +22,9 @@ def test_scores_a_model_and_writes_its_interval_and_problems(tmp_path):
     assert res["n_problems"] == 6 and len(res["per_problem"]) == 6
     assert 0.0 <= res["pass@1_low"] <= res["pass@1"] <= res["pass@1_high"] <= 1.0
     assert res["task"] == "synthetic/eval" and res["commit"]
-    assert "4/6 problems" in proc.stderr and "6/6 problems" in proc.stderr  # progress per generate call
+    # distlab's progress per generate call: count, rate, ETA
+    assert "greedy: problem 4/6" in proc.stderr and "greedy: problem 6/6" in proc.stderr
+    assert "problem/s  eta" in proc.stderr
     assert "pass@1" in proc.stdout
 
 

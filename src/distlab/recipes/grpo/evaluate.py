@@ -27,11 +27,11 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
     sampling = SamplingCopy(base, DTYPES[cfg.models["policy"].dtype])
     score = partial(evaluate_pass_at_k, sampling.module, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer,
                     rt, cfg.run.seed + 31, step_rows=cfg.rows_per_rank(rt.world_size))
-    before = score()
+    before = score(progress=lambda label, total: session.phase(f"base {label}", total, "problem"))
     session.track_model("policy", base, [opt])
     meta = session.load_checkpoint(ckpt)
     sampling.refresh()
-    after = score()
+    after = score(progress=lambda label, total: session.phase(f"step {meta['step']} {label}", total, "problem"))
     scorer.close()
     out = {"step": meta["step"], **skipped_fields(meta), "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}",
            **after["metrics"],

@@ -68,10 +68,10 @@ def model_spec(cfg: GRPOConfig) -> list[ModelSpec]:
     return lm_specs(cfg, ["policy"] + (["reference"] if cfg.beta > 0 else []), rollouts, seq)
 
 
-def export(cfg: GRPOConfig, ckpt: Path, out: Path, fmt: str, adapter: bool) -> None:
+def export(cfg: GRPOConfig, ckpt: Path, out: Path, fmt: str, adapter: bool, dtype: str | None = None) -> None:
     from distlab.recipes.lm.export import export_hf
 
-    export_hf(cfg, ckpt, out, fmt, adapter)
+    export_hf(cfg, ckpt, out, fmt, adapter, dtype=dtype)
 
 
 def register_commands(top, data_subparsers) -> None:  # noqa: ARG001 (``data tasks``: see lm/tasks/cli.py)

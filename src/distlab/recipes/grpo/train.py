@@ -31,7 +31,7 @@ from distlab.recipes.lm.batching import by_length, micro_batches, sequences
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, logged_evaluation, paired_fields
 from distlab.recipes.lm.generate import generate, max_prompt_tokens
 from distlab.recipes.lm.logprobs import logprobs
-from distlab.recipes.lm.loop import count_skipped_steps, run_fields, run_steps
+from distlab.recipes.lm.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
 from distlab.recipes.lm.models import SamplingCopy, gathered, load_placed
 from distlab.recipes.lm.pg_loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts, policy_loss,
                                         reward_moments, std_from_moments)
@@ -70,8 +70,6 @@ def train(cfg: GRPOConfig, session) -> dict:
                           chunk_tokens=cfg.logprob_chunk)
     sampling = SamplingCopy(policy, DTYPES[cfg.models["policy"].dtype])  # after restore and warm-up
     evaluate = partial(_evaluate, cfg, session, sampling.module, tok, held_out, few_shot, scorer)
-    if step == 0 and cfg.evaluation.before:
-        start_eval.value = evaluate(step, "eval_start")
     parts = Parts(policy, sampling, reference, opt, tok, few_shot, scorer,
                   RewardFunctions(cfg.reward_funcs, cfg.reward_weights, mode=cfg.model.prompt_mode,
                                   max_len=cfg.sampling.max_completion_length, overlong_buffer=cfg.overlong_buffer,
@@ -83,12 +81,13 @@ def train(cfg: GRPOConfig, session) -> dict:
         return grpo_step(cfg, session, parts, [tasks[i] for i in sampler.next()], step, tasks)
 
     status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("reward_mean",),
-                                   examples_per_step=cfg.prompts_per_step * cfg.num_generations)
+                                   examples_per_step=cfg.prompts_per_step * cfg.num_generations, start_eval=start_eval)
+    status, final = final_evaluation(session, status, step, evaluate)
     result = {"status": status, "step": step, **run_fields(cfg, status, step), "train": last,
               "world_size": rt.world_size,
               "param_checksum": module_checksum(unwrap(policy))}
-    if status == "completed":
-        result["eval"] = _with_comparison(evaluate(step, "eval"), start_eval.value)
+    if final is not None:
+        result["eval"] = _with_comparison(final, start_eval.value)
     scorer.close()
     return result
 
@@ -358,9 +357,10 @@ def _step_metrics(rt, cfg, rewards, zero_var, comps, sums, scorer, times, gnorm,
 
 
 def _evaluate(cfg, session, policy, tok, tasks, few_shot, scorer, step: int, split: str) -> dict:
-    def run() -> dict:
+    def run(progress) -> dict:
         return evaluate_pass_at_k(policy, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer, session.rt,
-                                  seed=cfg.run.seed + 31, step_rows=cfg.rows_per_rank(session.rt.world_size))
+                                  seed=cfg.run.seed + 31, step_rows=cfg.rows_per_rank(session.rt.world_size),
+                                  progress=progress)
 
     def describe(m: dict) -> str:
         return f"pass@1 {m['pass@1']:.3f} [{m['pass@1_low']:.3f}, {m['pass@1_high']:.3f}] on {m['n_problems']} problems"

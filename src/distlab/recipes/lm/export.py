@@ -15,23 +15,27 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from distlab.errors import DistlabError
 
 FORMATS = ("hf",)
 
 
-def export_hf(cfg: Any, ckpt: Path, out: Path, fmt: str, adapter: bool, model: str = "policy") -> None:
-    """Write model ``model`` of checkpoint ``ckpt`` (run config ``cfg``) into the empty directory ``out``."""
+def export_hf(cfg: Any, ckpt: Path, out: Path, fmt: str, adapter: bool, model: str = "policy",
+              dtype: str | None = None) -> None:
+    """Write model ``model`` of checkpoint ``ckpt`` (run config ``cfg``) into the empty directory ``out``; ``dtype``
+    (bf16, fp16, fp32) casts every weight after a LoRA merge, which itself runs at the precision training kept."""
     from transformers.utils.logging import disable_progress_bar
 
     disable_progress_bar()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # transformers calls its own deprecated API (peft, saving)
         warnings.filterwarnings("ignore", message="Could not find a config file")  # tiny: base/ is written next
-        _export(cfg, ckpt, out, fmt, adapter, model)
+        _export(cfg, ckpt, out, fmt, adapter, model, dtype)
 
 
-def _export(cfg: Any, ckpt: Path, out: Path, fmt: str, adapter: bool, model: str) -> None:
+def _export(cfg: Any, ckpt: Path, out: Path, fmt: str, adapter: bool, model: str, dtype: str | None) -> None:
     from distlab.checkpoint import load_model_weights
     from distlab.placement import DTYPES, keep_trained_weights_fp32
     from distlab.recipes.lm.model_source import load_causal_lm
@@ -50,10 +54,10 @@ def _export(cfg: Any, ckpt: Path, out: Path, fmt: str, adapter: bool, model: str
         keep_trained_weights_fp32(net)  # as training held them (placement.place), so the read loses nothing
     load_model_weights(net, ckpt, prefer=model)
     net.eval()
-    _save(net, tok, cfg, out, adapter, lora_r)
+    _save(net, tok, cfg, out, adapter, lora_r, DTYPES[dtype] if dtype else None)
 
 
-def _save(net, tok, cfg: Any, out: Path, adapter: bool, lora_r: int) -> None:
+def _save(net, tok, cfg: Any, out: Path, adapter: bool, lora_r: int, dtype: torch.dtype | None) -> None:
     from distlab.recipes.lm.model_source import resolve_source
 
     if adapter:
@@ -67,6 +71,8 @@ def _save(net, tok, cfg: Any, out: Path, adapter: bool, lora_r: int) -> None:
         else:
             base_dir = resolved.path
         net.peft_config["default"].base_model_name_or_path = str(Path(base_dir).resolve())
+        if dtype is not None:
+            net = net.to(dtype)
         net.save_pretrained(out)
         if resolved.kind in ("tiny", "random"):
             base = net.unload()  # the base weights, adapters taken out unmerged
@@ -75,5 +81,7 @@ def _save(net, tok, cfg: Any, out: Path, adapter: bool, lora_r: int) -> None:
     else:
         if lora_r > 0:
             net = net.merge_and_unload()
+        if dtype is not None:
+            net = net.to(dtype)
         net.save_pretrained(out)
     tok.save_pretrained(out)

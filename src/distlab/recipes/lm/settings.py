@@ -69,6 +69,7 @@ class EvalConfig:
     eval_temperature: float = 0.8
     ks: str = "1"  # comma-separated k for pass@k (each <= samples)
     before: bool = True  # score the starting model too, on the same tasks (a paired comparison)
+    completions: int = 4  # completions kept per problem in the evaluation files (greedy first, then samples); 0 = none
 
 
 # Leaf names of the LM settings that count or scale something: 0 or less is refused before launch (the core's

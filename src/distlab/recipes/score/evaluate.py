@@ -7,6 +7,7 @@ ranks and gathered, so every rank returns the same metrics.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -14,7 +15,8 @@ import torch
 from distlab.placement import DTYPES
 from distlab.recipes.lm.loop import skipped_fields
 from distlab.recipes.lm.models import SamplingCopy, load_placed
-from distlab.recipes.lm.evaluation import paired_fields, prompts_per_call
+from distlab.logs import Progress
+from distlab.recipes.lm.evaluation import gathered_rows, paired_fields, prompts_per_call
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.task_sets import eval_tasks, train_tasks
 from distlab.recipes.score import metrics as scm
@@ -22,6 +24,7 @@ from distlab.recipes.score.config import ScoreConfig, guidance_config
 from distlab.recipes.score.episode import leaks_code
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.score.rollout import Players, play
+from distlab.session import stop_requested
 
 
 def feedback_label(cfg: ScoreConfig) -> str:
@@ -30,24 +33,41 @@ def feedback_label(cfg: ScoreConfig) -> str:
 
 
 def evaluate_self_correction(cfg: ScoreConfig, players: Players, tasks: list[Task], few_shot: list[Task],
-                             scorer: RewardScorer, rt, seed: int) -> dict:
-    """``{"metrics": ..., "per_problem": [...]}`` (metrics identical on every rank)."""
+                             scorer: RewardScorer, rt, seed: int,
+                             progress: Callable[[str, int], Progress] | None = None) -> dict:
+    """``{"metrics": ..., "per_problem": [...]}`` (metrics identical on every rank); with
+    ``evaluation.completions`` > 0 each row keeps its episode's texts (y1, the hint, y2). ``progress(label, total)``
+    opens the progress over this rank's problems; a stop signal ends it after the current chunk, with
+    :class:`~distlab.session.StopRequested` on every rank."""
     mine = [tasks[i] for i in range(rt.rank, len(tasks), rt.world_size)]
     chunk = prompts_per_call(cfg.sampling, cfg.rows_per_rank(rt.world_size))
-    episodes = [ep for start in range(0, len(mine), chunk)
-                for ep in play(cfg, players, mine[start:start + chunk], few_shot, scorer, n=1, temperature=0.0,
-                               hint_temperature=0.0, seed=seed + start, no_hint=cfg.no_hint_sample)]
-    rows = [{"task_id": ep.task.task_id, "r1": ep.r1, "r2": ep.r2, "r2_no_hint": ep.r2_no_hint,
-             "hint_tokens": len(ep.hint.token_ids) if ep.hint is not None else None,
-             "leak": leaks_code(ep.hint_text, cfg.leak_markers) if ep.hint is not None else False,
-             "hint": ep.hint_text if ep.hint is not None else None, "turn1_status": ep.exec_status}
-            for ep in episodes]
-    every = [r for part in rt.all_gather_object(rows) for r in part]
-    order = {t.task_id: i for i, t in enumerate(tasks)}
-    every.sort(key=lambda r: order[r["task_id"]])
+    episodes, stopped = [], False
+    with (progress or (lambda label, total: Progress(total, enabled=False)))("episodes", len(mine)) as bar:
+        for start in range(0, len(mine), chunk):
+            if stop_requested():
+                stopped = True
+                break
+            episodes += play(cfg, players, mine[start:start + chunk], few_shot, scorer, n=1, temperature=0.0,
+                             hint_temperature=0.0, seed=seed + start, no_hint=cfg.no_hint_sample)
+            bar.advance(len(mine[start:start + chunk]))
+    rows = [] if stopped else [_row(ep, cfg) for ep in episodes]
+    every = gathered_rows(rt, rows, stopped, tasks)
     metrics = scm.with_intervals(every) if every else {}
     metrics["n_problems"] = len(every)
     return {"metrics": metrics, "per_problem": every}
+
+
+def _row(ep, cfg: ScoreConfig) -> dict:
+    """One problem's evaluation row: rewards, the hint's length and leak, and (``evaluation.completions`` > 0) the
+    turns' texts, so a reader sees what a fix or a break looked like."""
+    hinted = ep.hint is not None
+    row = {"task_id": ep.task.task_id, "r1": ep.r1, "r2": ep.r2, "r2_no_hint": ep.r2_no_hint,
+           "hint_tokens": len(ep.hint.token_ids) if hinted else None,
+           "leak": leaks_code(ep.hint_text, cfg.leak_markers) if hinted else False,
+           "hint": ep.hint_text if hinted else None, "turn1_status": ep.exec_status}
+    if cfg.evaluation.completions > 0:
+        row["y1"], row["y2"] = ep.y1.text, ep.y2.text
+    return row
 
 
 def paired_changes(before: list[dict], after: list[dict]) -> dict:
@@ -86,7 +106,8 @@ def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
     players = Players(sampling[0].module, tok, cfg.model.prompt_mode, sampling[-1].module if guidance else None,
                       gtok, cfg.guidance_prompt_mode or cfg.model.prompt_mode)
     seed = cfg.run.seed + 31
-    before = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
+    before = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed,
+                                      progress=lambda label, total: session.phase(f"base {label}", total, "problem"))
     opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr)
     session.track_model("policy", policy, [opt])
     if cfg.guidance == "trained":
@@ -95,7 +116,9 @@ def evaluate_checkpoint(cfg: ScoreConfig, session, ckpt: Path) -> dict:
     meta = session.load_checkpoint(ckpt)
     for weights in sampling:
         weights.refresh()
-    after = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed)
+    after = evaluate_self_correction(cfg, players, tasks, few_shot, scorer, rt, seed,
+                                     progress=lambda label, total: session.phase(f"step {meta['step']} {label}",
+                                                                                 total, "problem"))
     scorer.close()
     out = {"step": meta["step"], **skipped_fields(meta), "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}",
            "feedback": feedback_label(cfg),

@@ -148,11 +148,11 @@ def model_spec(cfg: ScoreConfig) -> list[ModelSpec]:
     return specs
 
 
-def export(cfg: ScoreConfig, ckpt: Path, out: Path, fmt: str, adapter: bool) -> None:
+def export(cfg: ScoreConfig, ckpt: Path, out: Path, fmt: str, adapter: bool, dtype: str | None = None) -> None:
     """The trained self-correcting policy (the model a user deploys; the guidance model only trains it)."""
     from distlab.recipes.lm.export import export_hf
 
-    export_hf(cfg, ckpt, out, fmt, adapter)
+    export_hf(cfg, ckpt, out, fmt, adapter, dtype=dtype)
 
 
 RECIPE = Recipe(name="score", config=ScoreConfig, train=train, presets_dir=PRESETS, batch_keys=("prompts_per_step",),

@@ -35,7 +35,7 @@ from distlab.placement import DTYPES, compute_device
 from distlab.recipes.lm.batching import micro_batches, sequences
 from distlab.recipes.lm.evaluation import logged_evaluation
 from distlab.recipes.lm.logprobs import logprobs
-from distlab.recipes.lm.loop import count_skipped_steps, run_fields, run_steps
+from distlab.recipes.lm.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
 from distlab.recipes.lm.models import SamplingCopy
 from distlab.recipes.lm.pg_loss import GlobalNorm, local_counts, policy_loss
 from distlab.recipes.lm.rewards import RewardScorer
@@ -89,8 +89,6 @@ def train(cfg: ScoreConfig, session) -> dict:
                       cfg.guidance_prompt_mode or cfg.model.prompt_mode,
                       cache_shapes(cfg, rt.world_size, m, tasks, few_shot))
     evaluate = partial(_evaluate, cfg, session, players, held_out, few_shot, scorer)
-    if step == 0 and cfg.evaluation.before:
-        start_eval.value = evaluate(step, "eval_start")
 
     def one_step(step: int) -> dict:
         local = [tasks[i] for i in sampler.next()]
@@ -100,14 +98,16 @@ def train(cfg: ScoreConfig, session) -> dict:
         schedule.advance()
         return metrics
 
-    status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("acc_t1", "acc_t2"))
+    status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("acc_t1", "acc_t2"),
+                                   start_eval=start_eval)
+    status, final = final_evaluation(session, status, step, evaluate)
     result = {"status": status, "step": step, **run_fields(cfg, status, step), "train": last,
               "world_size": rt.world_size,
               "feedback": feedback_label(cfg), "schedule": schedule.state_dict(),
               "param_checksums": checksums(m, cfg)}
     result["param_checksum"] = result["param_checksums"]["policy"]
-    if status == "completed":
-        result["eval"] = _with_comparison(evaluate(step, "eval"), start_eval.value)
+    if final is not None:
+        result["eval"] = _with_comparison(final, start_eval.value)
     scorer.close()
     return result
 
@@ -318,8 +318,9 @@ def _row(ep: Episode, cfg) -> dict:
 
 
 def _evaluate(cfg, session, players, tasks, few_shot, scorer, step: int, split: str) -> dict:
-    def run() -> dict:
-        return evaluate_self_correction(cfg, players, tasks, few_shot, scorer, session.rt, seed=cfg.run.seed + 31)
+    def run(progress) -> dict:
+        return evaluate_self_correction(cfg, players, tasks, few_shot, scorer, session.rt, seed=cfg.run.seed + 31,
+                                        progress=progress)
 
     def describe(m: dict) -> str:
         return (f"({feedback_label(cfg)}) acc@t1 {m['acc_t1']:.3f}  acc@t2 {m['acc_t2']:.3f}  delta "
