@@ -16,7 +16,8 @@ from distlab.logs import human_duration, metrics_table
 def closing_report(summary: dict[str, Any], run_dir: Path, wall_s: float, command: str | None) -> str:
     status, step = summary.get("status", "?"), summary.get("step")
     steps = summary.get("steps", step)
-    head = f"run {run_dir.name} {status}: step {step} of {steps} in {human_duration(wall_s)}"
+    unit = summary.get("step_unit", "step")  # PPO counts updates
+    head = f"run {run_dir.name} {status}: {unit} {step} of {steps} in {human_duration(wall_s)}"
     if summary.get("stopped_in"):  # a stop that cut an evaluation short: the step count alone would hide it
         head += f" (stopped during {summary['stopped_in']})"
     rate = (summary.get("train") or {}).get("examples_per_s")
@@ -29,8 +30,10 @@ def closing_report(summary: dict[str, Any], run_dir: Path, wall_s: float, comman
     plots = sorted(p.name for p in run_dir.glob("*.png"))
     lines.append(f"run directory: {run_dir} (summary.json, metrics.jsonl, train.log, checkpoints/"
                  + (", " + ", ".join(plots) if plots else "") + ")")
-    if status == "completed":
-        lines.append(f"evaluate again: distlab eval {shlex.quote(str(run_dir))}")
+    # a recipe without `distlab eval` names its own way to judge a run, or none ("evaluate_with": None)
+    evaluate_with = summary.get("evaluate_with", f"distlab eval {shlex.quote(str(run_dir))}")
+    if status == "completed" and evaluate_with:
+        lines.append(f"evaluate again: {evaluate_with}")
     elif command:
         lines.append(f"resume: {command}")
     return "\n".join(lines)

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from distlab.atomic import atomic_save_figure, atomic_write_json
+from distlab.logs import Progress, phase_progress
 from distlab.recipes.ppo.policy import ActorCritic
 from distlab.recipes.ppo.trading import StockTradingEnv
 
@@ -40,8 +41,9 @@ def buy_and_hold(env: StockTradingEnv) -> np.ndarray:
 
 @torch.no_grad()
 def run_policy(policy: ActorCritic, env: StockTradingEnv, deterministic: bool = True,
-               device: str | torch.device = "cpu") -> np.ndarray:
-    """Portfolio value on every day of one episode, acting with the policy's mode by default."""
+               device: str | torch.device = "cpu", progress: Progress | None = None) -> np.ndarray:
+    """Portfolio value on every day of one episode, acting with the policy's mode by default; ``progress``
+    counts the days traded (a large policy over five years took minutes, silently)."""
     obs, info = env.reset()
     values = [info["portfolio_value"]]
     state = policy.initial_state(1, device)
@@ -53,6 +55,8 @@ def run_policy(policy: ActorCritic, env: StockTradingEnv, deterministic: bool = 
         obs, _, terminated, truncated, info = env.step(action[0].cpu().numpy())
         values.append(info["portfolio_value"])
         done = torch.zeros(1, device=device)
+        if progress is not None:
+            progress.advance()
     return np.asarray(values)
 
 
@@ -86,7 +90,8 @@ def backtest(policy: ActorCritic, env: StockTradingEnv, out_dir: str | Path | No
     was_training = policy.training
     policy.eval()
     try:
-        agent = run_policy(policy, env, deterministic, device)
+        with phase_progress("backtest", max(len(env.market.dates) - 1, 1), "day") as progress:
+            agent = run_policy(policy, env, deterministic, device, progress)
     finally:
         policy.train(was_training)
     hold = buy_and_hold(env)

@@ -7,6 +7,7 @@ config and overrides, torchrun/SLURM launch, DCP checkpoints with resume, metric
 from __future__ import annotations
 
 import logging
+import shlex
 
 from distlab.errors import DistlabError
 from distlab.recipe import Recipe
@@ -27,7 +28,11 @@ def train(cfg: PPORecipeConfig, session) -> dict:
     hooks = _CoreHooks(cfg, session, algo_cfg)
     summary = ppo_train(algo_cfg, hooks, rt=session.rt, amp=session.amp)
     hooks.close(summary)
-    return {"status": hooks.status, **summary}
+    # the closing line and the launcher read "step" and "steps": for PPO an update, so they say "update 8 of 8"
+    # no `distlab eval` for PPO: a trading policy is judged by a backtest, a Gymnasium one by its returns above
+    evaluate_with = f"distlab backtest {shlex.quote(str(session.run_dir))}" if cfg.env == "trading" else None
+    return {"status": hooks.status, **summary, "step": summary["updates"], "steps": hooks.num_updates,
+            "step_unit": "update", "evaluate_with": evaluate_with}
 
 
 class _CoreHooks(PPOHooks):
@@ -60,8 +65,7 @@ class _CoreHooks(PPOHooks):
         if update_idx % self.cfg.log.every == 0 or update_idx == self.num_updates:
             self.session.metrics.log(global_step, {**metrics, "update": update_idx, "episodes_total": self.episodes,
                                                    "env_steps_per_s": metrics.get("sps", 0.0)})
-        self.progress.update(update_idx, ret100=metrics.get("mean_return_100", float("nan")),
-                             sps=metrics.get("sps", 0.0))
+        self.progress.update(update_idx, **progress_fields(self.episodes, metrics))
         done_by_episodes = self.cfg.num_episodes > 0 and self.episodes >= self.cfg.num_episodes
         self._count(update_idx)
         stop, end = self.session.end_step(update_idx, self.num_updates)
@@ -78,6 +82,17 @@ class _CoreHooks(PPOHooks):
         self.session.metrics.log(summary["global_step"], {k: v for k, v in summary.items()
                                                           if isinstance(v, (int, float)) and v is not None},
                                  split="summary")
+
+
+def progress_fields(episodes: int, metrics: dict[str, float]) -> dict[str, float | int]:
+    """What the progress line shows: episodes ended so far, the mean return of the last 100 (named as in
+    metrics.jsonl, and left out until an episode has ended rather than shown as nan) and env steps per second."""
+    fields: dict[str, float | int] = {"episodes": episodes}
+    ret = metrics.get("mean_return_100", float("nan"))
+    if ret == ret:
+        fields["mean_return_100"] = ret
+    fields["env_steps_per_s"] = metrics.get("sps", 0.0)
+    return fields
 
 
 class _GeneratorState:
