@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -13,6 +14,12 @@ from distlab.comm_hooks import register_comm_hook
 from distlab.config import CompileMode, DistConfig, Precision, Wrap
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
+
+# torch 2.13 deprecates DDP's broadcast_buffers for forward_sync_buffers, whose False still broadcasts every buffer at
+# init. distlab keeps broadcast_buffers=False on purpose, as torch's warning itself advises until init_sync_buffers
+# exists: HRM's puzzle table is a buffer of up to a million rows that must not cross the network at every start. The
+# warning, printed by every rank of every multi-process run, gave a user nothing to act on.
+warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
 
 
 def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: list[nn.Module] | None = None,
