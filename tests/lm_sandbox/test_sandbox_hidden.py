@@ -188,3 +188,15 @@ def test_the_dataset_leak_of_issue_45_fails(box):
     attacks = read_attacks("x", {"dataset": str(mbpp), "config": "", "checkpoint": "", "run": ""}, REPO, "x")
     r = box.run(*attacks["dataset_leak_mbpp"][1:])
     assert not r.passed, r
+
+
+def test_the_cli_names_the_view(tmp_path):
+    """``distlab sandbox run`` said "passed in 0.98 s (namespaces)" for the leak of issue 45: it now says what the
+    program could see."""
+    (tmp_path / "p.py").write_text("import os\nseen = os.path.exists('/home') or os.path.exists('/root/.bashrc')\n")
+    (tmp_path / "t.py").write_text("assert seen\n")
+    p = subprocess.run([sys.executable, "-m", "distlab.recipes.lm.sandbox.cli", "run", str(tmp_path / "p.py"),
+                        "--tests", str(tmp_path / "t.py")], capture_output=True, text=True, timeout=120)
+    iso = detect()
+    assert p.returncode == 0 and p.stdout.startswith("failed in ") == iso.minimal_root, p
+    assert f"({iso.level}, {iso.view})" in p.stdout, p.stdout

@@ -42,8 +42,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         print(json.dumps({"passed": r.passed, "status": r.status, "seconds": r.seconds}))
     else:
         last = next((ln for ln in reversed(r.stderr_tail.splitlines()) if ln.strip()), "")
-        print(f"{r.status} in {r.seconds:.2f}s ({box.isolation.level})" + (f": {last}" if last and not r.passed
-                                                                            else ""))
+        where = f"{box.isolation.level}, {box.isolation.view}"
+        print(f"{r.status} in {r.seconds:.2f}s ({where})" + (f": {last}" if last and not r.passed else ""))
     return 0
 
 

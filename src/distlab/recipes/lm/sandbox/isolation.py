@@ -62,6 +62,13 @@ class Isolation:
     minimal_root: bool = False  # and a root of only what the interpreter needs: the rest of the host is not there
 
     @property
+    def view(self) -> str:
+        """What of the host's file system the program sees, in the words the logged level uses."""
+        if self.minimal_root:
+            return "minimal root"
+        return "read-only view, readable" if self.private_fs else "host file system"
+
+    @property
     def namespaced(self) -> bool:
         """Everything the program starts lives in a PID namespace that dies with its first process."""
         return self.level != "rlimits"
