@@ -12,6 +12,7 @@ gradient does not depend on the world size or the micro-batching.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -22,7 +23,7 @@ from torch import nn
 
 from distlab.checkpoint import Box
 from distlab.dist import module_checksum
-from distlab.logs import mark_peak, peak_memory
+from distlab.logs import Progress, mark_peak, peak_memory
 from distlab.lr_schedule import lr_factor
 from distlab.optim_state import adamw
 from distlab.placement import DTYPES, compute_device
@@ -75,7 +76,8 @@ def train(cfg: GRPOConfig, session) -> dict:
                                   max_len=cfg.sampling.max_completion_length, overlong_buffer=cfg.overlong_buffer,
                                   timeout_s=cfg.reward_timeout_s, pool=scorer.pool),
                   max_prompt_length=max_prompt_tokens(
-                      tok, [prompt_text(t, tok, cfg.model.prompt_mode, few_shot) for t in tasks]))
+                      tok, [prompt_text(t, tok, cfg.model.prompt_mode, few_shot) for t in tasks]),
+                  phase=session.phase)
 
     def one_step(step: int) -> dict:
         return grpo_step(cfg, session, parts, [tasks[i] for i in sampler.next()], step, tasks)
@@ -105,20 +107,28 @@ class Parts:
     scorer: RewardScorer
     rewards: RewardFunctions
     max_prompt_length: int | None = None  # the task set's longest prompt: one compiled decode graph per run
+    phase: Callable[[str, int, str], Progress] | None = None  # Session.phase: progress of a long rollout
 
 
 def rollout(cfg: GRPOConfig, parts: Parts, tasks: list[Task], prompts: list[str], seed: int):
-    """G completions per prompt from the sampling weights; returns completions and each one's started rewards."""
+    """G completions per prompt from the sampling weights; returns completions and each one's started rewards.
+
+    A rollout of minutes (a real model on a CPU) shows its decode steps, rate and ETA (an upper bound: completions
+    may stop before ``max_completion_length``) through ``parts.phase``."""
     chunk = cfg.sampling.chunk_prompts or len(tasks)
     stops = stops_for(tasks, parts.scorer.mode)
     comps, started = [], []
-    with gathered(parts.policy), torch.no_grad():
-        for start in range(0, len(tasks), chunk):
+    width = cfg.sampling.max_completion_length
+    calls = -(-len(tasks) // chunk)
+    with gathered(parts.policy), torch.no_grad(), _rollout_progress(parts, calls * width) as bar:
+        for call, start in enumerate(range(0, len(tasks), chunk)):
             part = generate(parts.sampling.module, parts.tok, prompts[start:start + chunk],
-                            max_new_tokens=cfg.sampling.max_completion_length, temperature=cfg.sampling.temperature,
+                            max_new_tokens=width, temperature=cfg.sampling.temperature,
                             top_p=cfg.sampling.top_p, stop_strings=stops, seed=seed + start, n=cfg.num_generations,
                             backend=cfg.sampling.backend, max_prompt_length=parts.max_prompt_length,
-                            batch_rows=chunk * cfg.num_generations, compact_rows=cfg.sampling.compact_rows)
+                            batch_rows=chunk * cfg.num_generations, compact_rows=cfg.sampling.compact_rows,
+                            on_step=lambda k, done=call * width: bar.update(done + k))
+            bar.update((call + 1) * width)  # a call whose completions all stopped early is whole
             for c in part:
                 c.prompt_index += start
                 task = tasks[c.prompt_index]
@@ -335,6 +345,11 @@ def _log_completions(session, step: int, prompts, comps, per_func: dict[str, lis
     table = [{"prompt": prompts[i], "completion": c.text, "reward": float(rewards[i]),
               **{name: values[i] for name, values in per_func.items()}} for i, c in enumerate(comps)]
     session.metrics.log(step, {"completions": table}, split="completions")
+
+
+def _rollout_progress(parts: Parts, total: int) -> Progress:
+    """The rollout's progress in decode steps (silent without a session's ``phase``: tests, benchmarks)."""
+    return parts.phase("rollout", total, "token") if parts.phase else Progress(total, enabled=False)
 
 
 def _step_metrics(rt, cfg, rewards, zero_var, comps, sums, scorer, times, gnorm, norm: GlobalNorm) -> dict:

@@ -45,7 +45,7 @@ batch, so call it with every prompt x G sample of a rollout at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -135,6 +135,7 @@ def generate(
     max_prompt_length: int | None = None,
     batch_rows: int | None = None,
     compact_rows: bool = False,
+    on_step: Callable[[int], None] | None = None,
 ) -> list[Completion]:
     """Sample ``n`` completions of each prompt; results are ordered prompt-major (``prompt_index``).
 
@@ -145,7 +146,8 @@ def generate(
     ``max_prompt_length`` and ``batch_rows`` (fix the compiled cache shape for a whole run: the longest
     prompt in tokens, and the rows = prompts x ``n`` of the largest call) and ``compact_rows`` (decode only
     live rows on a smaller cache once most have finished) apply to the ``static`` backend only; see the
-    module docstring.
+    module docstring. ``on_step(k)`` is called after the k-th decode step (a progress hook: a call of a few
+    minutes is otherwise silent until it returns); it must not touch the device.
     """
     if isinstance(prompts, str):
         raise DistlabError("generate() takes a list of prompts, not one string")
@@ -156,7 +158,7 @@ def generate(
     input_ids, attention_mask, prompt_ids = encode_prompts(tokenizer, prompt_list, device, add_special_tokens)
     options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows, compact_rows)
     return _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n, max_new_tokens, temperature,
-                            top_p, stop_strings, seed, generator, backend, options, stop_check_every)
+                            top_p, stop_strings, seed, generator, backend, options, stop_check_every, on_step)
 
 
 def generate_from_ids(
@@ -178,6 +180,7 @@ def generate_from_ids(
     max_prompt_length: int | None = None,
     batch_rows: int | None = None,
     compact_rows: bool = False,
+    on_step: Callable[[int], None] | None = None,
 ) -> list[Completion]:
     """:func:`generate` for prompts already tokenised (multi-turn episodes that must not be re-tokenised)."""
     device = compute_device(model)  # not its first parameter's: FSDP2's CPU offload keeps those on the host
@@ -189,7 +192,7 @@ def generate_from_ids(
     input_ids, attention_mask = left_pad(rows, pad, device)
     options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows, compact_rows)
     return _generate_padded(model, tokenizer, input_ids, attention_mask, rows, n, max_new_tokens, temperature,
-                            top_p, stop_strings, seed, generator, backend, options, stop_check_every)
+                            top_p, stop_strings, seed, generator, backend, options, stop_check_every, on_step)
 
 
 def max_prompt_tokens(tokenizer, prompts: Sequence[str], add_special_tokens: bool = False) -> int:
@@ -201,7 +204,7 @@ def max_prompt_tokens(tokenizer, prompts: Sequence[str], add_special_tokens: boo
 
 def _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n, max_new_tokens, temperature, top_p,
                      stop_strings, seed, generator, backend, options: StaticOptions,
-                     stop_check_every) -> list[Completion]:
+                     stop_check_every, on_step: Callable[[int], None] | None = None) -> list[Completion]:
     options.check()
     if backend not in BACKENDS:
         raise DistlabError(f"unknown generation backend {backend!r}: expected one of {', '.join(BACKENDS)}")
@@ -219,17 +222,18 @@ def _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n,
                 if generator is None and seed is not None and temperature > 0:
                     generator = torch.Generator(device=device).manual_seed(seed)
                 rows = _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, max_new_tokens,
-                                        temperature, top_p, stops, generator, eos, pad, options, stop_check_every)
+                                        temperature, top_p, stops, generator, eos, pad, options, stop_check_every,
+                                        on_step)
             else:
                 rows = _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature,
-                                    top_p, stops, seed, eos, pad, backend == "hf-static", stop_check_every)
+                                    top_p, stops, seed, eos, pad, backend == "hf-static", stop_check_every, on_step)
     finally:
         model.train(was_training)
     return [finish(tokenizer, i // n, list(prompt_ids[i]), rows[i], eos, stops) for i in range(len(rows))]
 
 
 def _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, temperature, top_p, stops, seed,
-                 eos, pad, static_cache, check_every) -> list[list[int]]:
+                 eos, pad, static_cache, check_every, on_step=None) -> list[list[int]]:
     from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
     prompt_len = input_ids.shape[1]
@@ -247,6 +251,13 @@ def _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, te
                 done |= torch.tensor(hits, device=ids.device)
             return done
 
+    class Tick(StoppingCriteria):
+        """Stops nothing: tells ``on_step`` how many tokens each row has so far."""
+
+        def __call__(self, ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+            on_step(ids.shape[1] - prompt_len)
+            return torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+
     sampling = temperature > 0
     config = GenerationConfig(
         max_new_tokens=max_new_tokens,
@@ -260,7 +271,7 @@ def _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, te
         use_cache=True,
         cache_implementation="static" if static_cache else None,
     )
-    criteria = StoppingCriteriaList([StopOnText()]) if stops else None
+    criteria = StoppingCriteriaList(([StopOnText()] if stops else []) + ([Tick()] if on_step else [])) or None
     cuda = [input_ids.device] if input_ids.device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda):  # HF samples from the global RNG; keep the caller's stream
         if seed is not None:
@@ -271,7 +282,8 @@ def _hf_generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, te
 
 
 def _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, max_new_tokens, temperature, top_p,
-                     stops, generator, eos, pad, options: StaticOptions, check_every) -> list[list[int]]:
+                     stops, generator, eos, pad, options: StaticOptions, check_every,
+                     on_step: Callable[[int], None] | None = None) -> list[list[int]]:
     from transformers import DynamicCache
 
     base = unwrap_model(model)
@@ -313,6 +325,8 @@ def _static_generate(model, tokenizer, input_ids, attention_mask, prompt_ids, ma
         tokens[alive, step] = tok
         lengths[alive] += (~finished).long()
         finished |= torch.isin(tok, eos_t)
+        if on_step is not None:
+            on_step(step + 1)
         if stops and (step + 1) % check_every == 0:
             finished |= _rows_with_stop(tokenizer, tokens[alive], lengths[alive], finished, stops, window)
         # Every check costs a device sync; on CUDA only look every few steps (and at the last).
