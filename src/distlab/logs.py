@@ -314,10 +314,13 @@ class Progress:
             _BAR.close(task, keep=not self.transient)
 
 
-def phase_progress(label: str, total: int, unit: str, enabled: bool = True, quiet_s: float = 3.0) -> Progress:
+def phase_progress(label: str, total: int, unit: str, enabled: bool = True, quiet_s: float = 3.0,
+                   every_s: float = 10.0) -> Progress:
     """The progress of a phase that may take long (an evaluation, a rollout, a backtest, a doctor probe): shown once
-    it has run ``quiet_s`` seconds, then with count, rate and ETA, and gone from a terminal when it ends."""
-    return Progress(total, 0, enabled=enabled, unit=unit, label=label, quiet_s=quiet_s, transient=True)
+    it has run ``quiet_s`` seconds, then with count, rate and ETA (a line at most every ``every_s`` when not on a
+    terminal), and gone from a terminal when it ends."""
+    return Progress(total, 0, enabled=enabled, unit=unit, label=label, quiet_s=quiet_s, transient=True,
+                    every_s=every_s)
 
 
 def peak_flops(device_name: str, override_tflops: float | None) -> float | None:

@@ -19,6 +19,7 @@ from distlab.doctor import checks
 from distlab.doctor.bandwidth import run_allreduce, sizes_up_to
 from distlab.doctor.memory import find_scaling_file, plan_devices, plan_memory, speedup_estimates
 from distlab.errors import DistlabError
+from distlab.logs import Progress, phase_progress
 from distlab.recipe import ModelSpec
 
 # Warnings alone exit 0 (see distlab.doctor's docstring); EXIT_WARN stays as a name for scripts that import it.
@@ -86,19 +87,24 @@ def _exit_code(findings: list[checks.Finding]) -> int:
 
 def collect_report(*, bandwidth: bool = True, model: ModelSpec | None = None, scaling_file: Path | None = None,
                    procs: int = 2, bandwidth_mb: int = 64, timeout_s: float = 60.0,
-                   env: Mapping[str, str] | None = None, train_procs: int | None = None) -> dict[str, Any]:
+                   env: Mapping[str, str] | None = None, train_procs: int | None = None,
+                   progress: Progress | None = None) -> dict[str, Any]:
     """Run every check and return the report object that ``--json`` prints.
 
     ``procs`` CPU processes run the all-reduce test; ``train_procs`` (default ``procs``) is the number the
     training will use on CPU, so the memory plan and the advice describe that run and not the test's.
+    ``progress`` (see :func:`probes_progress`) is told each probe as it starts.
     """
     _validate(bandwidth_mb, procs, timeout_s)
     train_procs = procs if train_procs is None else max(1, train_procs)
     env = os.environ if env is None else env
+    bar = progress or Progress(len(PROBES), enabled=False)
+    _probe(bar, "versions and host")
     versions = checks.collect_versions()
     host = checks.collect_host()
     physical = checks.physical_gpu_count()
     cuda_ok = torch.cuda.is_available()
+    _probe(bar, "GPUs")
     probe = checks.probe_gpus(timeout_s)
     gpus = probe["gpus"]
     topology = {"p2p": probe["p2p"], **checks.nvidia_topology()}
@@ -115,13 +121,16 @@ def collect_report(*, bandwidth: bool = True, model: ModelSpec | None = None, sc
     findings += checks.check_omp(env, ranks, host["cpu_count"], host["torch_threads"])
     findings += checks.check_gpus(gpus)
     findings += checks.check_p2p(probe["p2p"])
+    _probe(bar, "all-reduce bandwidth")
     bw = _bandwidth(bandwidth, len(gpus), versions["nccl_available"], procs, bandwidth_mb, timeout_s)
     findings += checks.check_bandwidth(bw)
+    _probe(bar, "memory plan")
     memory = memory_plan(model, gpus, host, train_procs)
     findings += checks.check_memory(memory)
     speedup, problem = _speedup(scaling_file)
     findings += problem
     findings.sort(key=lambda f: checks.SEVERITIES.index(f.severity))
+    bar.update(bar.total, now="done")
     return {
         "schema": 1, "versions": versions, "host": host, "gpus": gpus, "topology": topology,
         "bandwidth": bw, "memory": memory, "speedup": speedup,
@@ -133,10 +142,12 @@ def collect_report(*, bandwidth: bool = True, model: ModelSpec | None = None, sc
 
 def run_doctor(*, json_out: bool, bandwidth: bool = True, model: ModelSpec | None = None,
                scaling_file: Path | None = None, procs: int = 2, bandwidth_mb: int = 64,
-               timeout_s: float = 60.0, train_procs: int | None = None) -> int:
+               timeout_s: float = 60.0, train_procs: int | None = None, progress: Progress | None = None) -> int:
     """Print the report (rich, or one JSON object) and return the exit code described above."""
-    report = collect_report(bandwidth=bandwidth, model=model, scaling_file=scaling_file, procs=procs,
-                            bandwidth_mb=bandwidth_mb, timeout_s=timeout_s, train_procs=train_procs)
+    with progress or probes_progress(recipe=False) as bar:
+        report = collect_report(bandwidth=bandwidth, model=model, scaling_file=scaling_file, procs=procs,
+                                bandwidth_mb=bandwidth_mb, timeout_s=timeout_s, train_procs=train_procs,
+                                progress=bar)
     if json_out:
         print(json.dumps(report, indent=2))
     else:
@@ -174,10 +185,28 @@ def run_from_args(args: argparse.Namespace, extra: list[str] | None = None, mode
     # The advice is about the run being planned: `distlab train R` without --procs is one process, so a
     # --recipe check without --procs is too; the all-reduce test always needs at least two.
     train_procs = args.procs if args.procs is not None else (1 if getattr(args, "recipe", None) else 2)
-    if getattr(args, "recipe", None):
-        model = recipe_model_spec(args.recipe, list(extra or []), args.config, train_procs)
-    elif extra:
+    if extra and not getattr(args, "recipe", None):
         raise DistlabError(f"unexpected arguments {' '.join(extra)}; overrides need --recipe NAME")
+    progress = probes_progress(recipe=bool(getattr(args, "recipe", None)))
+    if getattr(args, "recipe", None):
+        _probe(progress, f"{args.recipe}'s models and tokenizer")
+        model = recipe_model_spec(args.recipe, list(extra or []), args.config, train_procs)
     return run_doctor(json_out=args.json_out, bandwidth=args.bandwidth, model=model,
                       scaling_file=args.scaling_file, procs=max(2, train_procs), bandwidth_mb=args.bandwidth_mb,
-                      timeout_s=args.timeout, train_procs=train_procs)
+                      timeout_s=args.timeout, train_procs=train_procs, progress=progress)
+
+
+# The probes collect_report runs, in order; a --recipe check reads the recipe's models first (a GGUF's metadata and
+# a tokenizer: tens of seconds on a busy CPU). Each can take long (a hung driver, a slow all-reduce), so the
+# doctor shows them as one phase whose progress names the probe under way.
+PROBES = ("versions and host", "GPUs", "all-reduce bandwidth", "memory plan")
+
+
+def probes_progress(recipe: bool) -> Progress:
+    """The doctor's progress over its probes (stderr: ``--json`` keeps stdout for the report)."""
+    return phase_progress("doctor", len(PROBES) + int(recipe), "probe", every_s=0.0)  # a line per probe: they are few
+
+
+def _probe(bar: Progress, name: str) -> None:
+    """Count the probes done so far and name the one starting (shown once the doctor has run a few seconds)."""
+    bar.update(bar.done + (1 if bar.fields else 0), now=name)
