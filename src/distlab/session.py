@@ -45,8 +45,8 @@ def _on_stop_signal(signum: int, frame: Any) -> None:  # noqa: ARG001
     if signum != signal.SIGUSR1 and any(s != signal.SIGUSR1 for s in _received):
         raise KeyboardInterrupt
     if not _received:
-        log.warning("received %s: will checkpoint and stop at the next step boundary (an evaluation under way stops "
-                    "after its current chunk)", signal.Signals(signum).name)
+        log.warning("received %s: stopping at the next step boundary with a checkpoint (an evaluation under way "
+                    "stops after its current chunk)", signal.Signals(signum).name)
     _received.append(signum)
 
 
