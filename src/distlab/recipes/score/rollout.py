@@ -7,12 +7,14 @@ episode per problem), so the metrics of the two are computed on identical episod
 from __future__ import annotations
 
 from concurrent.futures import Future
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from distlab.logs import Progress
 from distlab.recipes.lm.models import gathered
 from distlab.recipes.lm.prompting import prompt_text, stops_for
 from distlab.recipes.lm.generate import generate, generate_from_ids
@@ -50,11 +52,33 @@ class Players:
 
 
 def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer: RewardScorer, *, n: int,
-         temperature: float, hint_temperature: float, seed: int, no_hint: bool, fixed: bool = False) -> list[Episode]:
+         temperature: float, hint_temperature: float, seed: int, no_hint: bool, fixed: bool = False,
+         phase: Callable[[str, int, str], Progress] | None = None) -> list[Episode]:
     """``n`` episodes per task (prompt-major, so a prompt's G episodes are consecutive), rewards filled in;
-    ``fixed``: decode on the run's fixed cache shapes (``players.shapes``), as training rollouts do."""
+    ``fixed``: decode on the run's fixed cache shapes (``players.shapes``), as training rollouts do. ``phase``
+    (``Session.phase``) shows a long rollout's decode steps over all its turns, with rate and ETA."""
     if not tasks:
         return []
+    if phase is None:
+        return _play(cfg, players, tasks, few_shot, scorer, n, temperature, hint_temperature, seed, no_hint, fixed)
+    turns = [cfg.sampling.max_completion_length] * (2 + int(no_hint and players.guidance is not None))
+    with phase("rollout", sum(turns) + (cfg.hint_max_tokens if players.guidance is not None else 0), "token") as bar:
+        return _play(cfg, players, tasks, few_shot, scorer, n, temperature, hint_temperature, seed, no_hint, fixed,
+                     bar)
+
+
+def _ticks(bar: Progress | None, width: int) -> Callable[[int], None]:
+    """``generate``'s ``on_step`` for a call of ``width`` tokens starting where ``bar`` stands; called with ``width``
+    after the call, it moves ``bar`` to the call's end (completions that all stopped early end a call early)."""
+    if bar is None:
+        return lambda k: None
+    start = bar.done
+    return lambda k: bar.update(start + min(k, width))
+
+
+def _play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer: RewardScorer, n: int,
+          temperature: float, hint_temperature: float, seed: int, no_hint: bool, fixed: bool,
+          bar: Progress | None = None) -> list[Episode]:
     s = cfg.sampling
     shapes = players.shapes if fixed else CacheShapes()
     on_policy = dict(max_prompt_length=shapes.policy_prompt, batch_rows=shapes.rows, compact_rows=s.compact_rows)
@@ -63,9 +87,11 @@ def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer:
     stops = stops_for(tasks, mode)
     inner = unwrap(players.policy)
     with gathered(players.policy), torch.no_grad():
+        tick = _ticks(bar, s.max_completion_length)
         y1s = generate(inner, tok, prompts1, max_new_tokens=s.max_completion_length, temperature=temperature,
                        top_p=s.top_p if temperature > 0 else 1.0, stop_strings=stops, seed=seed, n=n,
-                       backend=s.backend, **on_policy)
+                       backend=s.backend, on_step=tick, **on_policy)
+        tick(s.max_completion_length)
     episodes = []
     for c in y1s:
         ep = Episode(task=tasks[c.prompt_index], group=c.prompt_index)
@@ -81,11 +107,13 @@ def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer:
                                     (ep.exec_status, ep.exec_tail) if cfg.hint_sees_execution else None)
                     for ep in episodes]
         with gathered(players.guidance), torch.no_grad():
+            tick = _ticks(bar, cfg.hint_max_tokens)
             hints = generate(unwrap(players.guidance), players.gtok, gprompts, max_new_tokens=cfg.hint_max_tokens,
                              temperature=hint_temperature, top_p=s.top_p if hint_temperature > 0 else 1.0,
                              stop_strings=("\n",) if players.guide_mode == "text" else (), seed=seed + SEED_HINT,
                              backend=s.backend, max_prompt_length=shapes.guidance_prompt, batch_rows=shapes.rows,
-                             compact_rows=s.compact_rows)
+                             compact_rows=s.compact_rows, on_step=tick)
+            tick(cfg.hint_max_tokens)
         for ep, h in zip(episodes, hints):
             ep.hint, ep.hint_prompt_ids = h, list(h.prompt_ids)
     with_hint = [turn2_prompt(ep, tok, mode, prompts1[ep.group], ep.hint_text, cfg.instruction, few_shot,
@@ -95,14 +123,19 @@ def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer:
                           cfg.restate_problem) for ep in episodes]
             if no_hint and players.guidance is not None else None)
     with gathered(players.policy), torch.no_grad():
+        tick = _ticks(bar, s.max_completion_length)
         y2s = generate_from_ids(inner, tok, [ids for ids, _ in with_hint], max_new_tokens=s.max_completion_length,
                                 temperature=temperature, top_p=s.top_p if temperature > 0 else 1.0,
-                                stop_strings=stops, seed=seed + SEED_TURN2, backend=s.backend, **on_policy)
+                                stop_strings=stops, seed=seed + SEED_TURN2, backend=s.backend, on_step=tick,
+                                **on_policy)
+        tick(s.max_completion_length)
+        tick = _ticks(bar if bare is not None else None, s.max_completion_length)
         y2b = (generate_from_ids(inner, tok, [ids for ids, _ in bare], max_new_tokens=s.max_completion_length,
                                  temperature=temperature, top_p=s.top_p if temperature > 0 else 1.0,
                                  stop_strings=stops, seed=seed + SEED_NO_HINT, backend=s.backend,
-                                 compact_rows=s.compact_rows)
+                                 compact_rows=s.compact_rows, on_step=tick)
                if bare is not None else None)
+        tick(s.max_completion_length)
     for ep, (ids, roles), c in zip(episodes, with_hint, y2s):
         ep.ids, ep.roles, ep.y2 = list(ids), list(roles), c
         ep.extend(c.token_ids, ROLE_Y2)

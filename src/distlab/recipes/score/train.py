@@ -191,7 +191,8 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     temp = cfg.sampling.temperature
     episodes = play(cfg, players, local, few_shot, scorer, n=cfg.num_generations, temperature=temp,
                     hint_temperature=cfg.hint_temperature, seed=rollout_seed(cfg.run.seed, step, rt.rank),
-                    no_hint=False, fixed=True)  # the no-hint turn 2 is an evaluation diagnostic, not training compute
+                    no_hint=False, fixed=True,  # the no-hint turn 2 is an evaluation diagnostic, not training compute
+                    phase=session.phase)
     times["rollout_s"] = time.perf_counter() - t0
     mark_peak(rt, "rollout", times)
     # ALGO LOGIC: turn rewards of this stage, then per-turn advantages
