@@ -87,3 +87,77 @@ def test_ctrl_c_during_an_evaluation_stops_within_seconds_with_the_finished_step
     done = json.loads((run / "summary.json").read_text())
     assert done["status"] == "completed" and done["step"] == 3
     assert "resumed from" in (run / "train.log").read_text()
+
+
+class _Loop:
+    """What the LM step loop needs of a session, recording the checkpoints it asks for."""
+
+    def __init__(self, saved_step=None):
+        from distlab.logs import Progress
+
+        self.saved: list[int] = []
+        self.saved_step, self.stopped_in, self.counters = saved_step, None, {}
+        self.metrics = type("M", (), {"log": lambda *a, **k: None})()
+        self._progress = Progress
+
+    def progress(self, total, start=0, unit="step"):
+        return self._progress(total, start, enabled=False)
+
+    def throughput(self):
+        return type("T", (), {"add": lambda *a: None, "report": lambda *a: {}})()
+
+    def checkpoint(self, step, last=False):
+        self.saved.append(step)
+        self.saved_step = step
+        return True
+
+    def end_step(self, step, steps):
+        return False, steps
+
+
+def _cfg(steps=3, every=0, before=True):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(steps=steps, log=SimpleNamespace(every=1),
+                           evaluation=SimpleNamespace(eval_interval_steps=every, before=before))
+
+
+def _stopping_at(split_to_stop):
+    from distlab.session import StopRequested
+
+    def evaluate(step, split):
+        if (split, step) == split_to_stop:
+            raise StopRequested("signal")
+        return {"metrics": {}, "per_problem": []}
+    return evaluate
+
+
+@pytest.mark.parametrize("where, status, step, saved, stopped_in", [
+    (("eval_start", 0), "preempted", 0, [], "eval_start at step 0"),  # nothing trained: nothing saved
+    (("eval", 2), "preempted", 2, [2], "eval at step 2"),  # the step just trained is saved
+    (("none", 0), "completed", 3, [], None),
+])
+def test_the_step_loop_ends_preempted_where_an_evaluation_was_cut(monkeypatch, where, status, step, saved,
+                                                                   stopped_in):
+    from distlab.checkpoint import Box
+    from distlab.recipes.lm import loop
+
+    monkeypatch.setattr(loop.MixedPrecision, "of", staticmethod(lambda s: type("A", (), {"skipped_steps": 0})()))
+    session = _Loop()
+    ran: list[int] = []
+    result = loop.run_steps(session, _cfg(every=2), 0, lambda s: ran.append(s) or {}, _stopping_at(where), (),
+                            start_eval=Box())
+    assert result[:2] == (status, step) and session.saved == saved and session.stopped_in == stopped_in
+    assert len(ran) == step  # no step after the cut evaluation
+
+
+def test_a_stop_during_the_final_evaluation_saves_the_last_step_once():
+    from distlab.recipes.lm import loop
+
+    at_end = _Loop(saved_step=3)  # ckpt.at_end saved step 3 already
+    assert loop.final_evaluation(at_end, "completed", 3, _stopping_at(("eval", 3))) == ("preempted", None)
+    assert at_end.saved == [] and at_end.stopped_in == "eval at step 3"
+    unsaved = _Loop()  # ckpt.at_end=false: the stop saves it, so the same command resumes into the evaluation
+    assert loop.final_evaluation(unsaved, "completed", 3, _stopping_at(("eval", 3)))[0] == "preempted"
+    assert unsaved.saved == [3]
+    assert loop.final_evaluation(_Loop(), "preempted", 2, _stopping_at(("eval", 2))) == ("preempted", None)

@@ -38,6 +38,11 @@ class _Session:
     def autocast(self):
         return contextlib.nullcontext()
 
+    def phase(self, label, total, unit):
+        from distlab.logs import Progress
+
+        return Progress(total, enabled=False)
+
 
 @pytest.fixture(scope="module")
 def split(tmp_path_factory):

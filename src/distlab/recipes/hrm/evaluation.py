@@ -49,6 +49,7 @@ def evaluate(cfg, session, model, split: PuzzleSplit, save_dir: Path | None = No
         sums.update(dict.fromkeys(SAMPLED_KEYS, 0.0))
     inner = _inner(model)
     saved_cycles, inner.active_H_cycles = inner.active_H_cycles, None  # evaluation runs the full H_cycles
+    bar = session.phase("eval", len(shard.indices), "batch")  # a full test set takes minutes: count, rate, ETA
     try:
         for b, (idx, mask) in enumerate(zip(shard.indices, shard.masks)):
             batch = make_batch(split, idx, rt.device, arrays)
@@ -84,7 +85,9 @@ def evaluate(cfg, session, model, split: PuzzleSplit, save_dir: Path | None = No
                 _add_sampled(sums, batch["inputs"], labels, preds_k, pick, keep)
                 sums["sampled_time_s"] += _clock(rt.device) - t1
                 sums["base_time_s"] += t1 - t0
+            bar.advance()
     finally:
+        bar.close()
         inner.active_H_cycles = saved_cycles
         inner.eval_noise = None
         if was_training:
