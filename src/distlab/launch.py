@@ -543,8 +543,10 @@ def _preempted(run_dir: Path, signum: int | None) -> int:
 
         atomic_write_json(run_dir / "summary.json", dict(summary, stopped_by=signal.Signals(signum).name))
     signum = signum or int(getattr(signal, name, signal.SIGTERM))
-    print(f"distlab: run preempted by {signal.Signals(signum).name} at step {summary.get('step')}; checkpoint "
-          f"saved in {run_dir}/checkpoints; rerun the same command to resume", file=sys.stderr)
+    saved = (f"checkpoint saved in {run_dir}/checkpoints; rerun the same command to resume" if summary.get("step")
+             else "nothing trained yet, so nothing saved; rerun the same command to start again")
+    print(f"distlab: run preempted by {signal.Signals(signum).name} at step {summary.get('step')}; {saved}",
+          file=sys.stderr)
     return 128 + signum
 
 

@@ -169,7 +169,9 @@ class Session:
     def phase(self, label: str, total: int, unit: str) -> Progress:
         """The progress of a phase inside or beside the step loop (an evaluation, a rollout), named ``label``: shown
         by rank 0 once it has lasted a few seconds (``log.progress``), so a long one is never silent. Use it as a
-        context manager, so a phase cut short still takes its bar away."""
+        context manager, so a phase cut short still takes its bar away. With several ranks the count is rank 0's
+        share (its problems, its rollout), and the label says so."""
+        label = f"{label} (rank 0 of {self.rt.world_size})" if self.rt.world_size > 1 else label
         return phase_progress(label, total, unit, enabled=self.rt.is_main and self.cfg.log.progress)
 
     def throughput(self) -> Throughput:
