@@ -28,6 +28,7 @@ TINY = ["model.source=tiny:llama-2l", "model.prompt_mode=text", "prompts_per_ste
 
 class _Session:
     rt = Runtime()
+    run_dir = None  # where the first skipped update's dump would go; this step skips none
 
     def autocast(self):
         return contextlib.nullcontext()
