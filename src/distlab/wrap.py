@@ -39,18 +39,30 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
     trainable = any(p.requires_grad for p in model.parameters())
     wrappers = apply_activation_checkpointing(model, cfg.activation_checkpointing if trainable else "none",
                                               shard_modules or [], type(model).__name__, required=False)
+    compile = cfg.compile if compile is None else compile
+    if compile:
+        import torch._dynamo
+
+        # process-wide in torch; every model of a run shares the run's one setting
+        torch._dynamo.config.optimize_ddp = bool(getattr(cfg, "compile_split_ddp", True))
     if rt.distributed and wrap == Wrap.ddp and trainable:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [device.index] if device.type == "cuda" else None
         # a CPU-placed model in an NCCL job reduces its gradients over the gloo side group
         group = rt._monitor if device.type == "cpu" and rt.backend == "nccl" else None
-        # gradients as views into the all-reduce buckets: no copy into the buckets before and back after the
-        # all-reduce, each step, and one gradient-sized buffer less
-        model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_mb, broadcast_buffers=False,
-                    find_unused_parameters=find_unused, process_group=group, gradient_as_bucket_view=True)
+        # DDP around the compiled model, not the other way round: Dynamo does not trace DDP's own forward (its
+        # reducer bookkeeping, its context managers), so compiling DDP broke the graph three times in every
+        # forward before reaching the model. The model is still compiled inside DDP's forward, where Dynamo's
+        # DDPOptimizer splits it at the gradient buckets (dist.compile_split_ddp) as before; checkpoint names
+        # skip both wrappers alike. Gradients as views into the all-reduce buckets: no copy into the buckets
+        # before and back after the all-reduce, each step, and one gradient-sized buffer less.
+        model = DDP(compiled(model, cfg.compile_mode) if compile else model, device_ids=ids,
+                    bucket_cap_mb=cfg.bucket_mb, broadcast_buffers=False, find_unused_parameters=find_unused,
+                    process_group=group, gradient_as_bucket_view=True)
         register_comm_hook(model, cfg.comm_hook, group, cfg.powersgd_rank, cfg.powersgd_start_iter)
-    elif wrap == Wrap.fsdp and (rt.distributed or cfg.cpu_offload):
+        return model
+    if wrap == Wrap.fsdp and (rt.distributed or cfg.cpu_offload):
         from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
         if not rt.distributed:
@@ -62,13 +74,7 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
         fully_shard(model, **policy)
         if cfg.cpu_offload:  # its parameters now live on the host; it still computes on `device`
             model._distlab_offload_device = device  # type: ignore[attr-defined]  (read by placement.compute_device)
-    if cfg.compile if compile is None else compile:
-        import torch._dynamo
-
-        # process-wide in torch; every model of a run shares the run's one setting
-        torch._dynamo.config.optimize_ddp = bool(getattr(cfg, "compile_split_ddp", True))
-        model = compiled(model, cfg.compile_mode)
-    return model
+    return compiled(model, cfg.compile_mode) if compile else model
 
 
 def compiled(model: nn.Module, mode: CompileMode | str = CompileMode.default) -> nn.Module:
@@ -78,9 +84,11 @@ def compiled(model: nn.Module, mode: CompileMode | str = CompileMode.default) ->
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The user's module under DDP and torch.compile wrappers (FSDP2 modifies in place)."""
+    """The user's module under DDP and torch.compile wrappers (FSDP2 modifies in place). DDP wraps the compiled
+    model (:func:`wrap_model`); a compile wrapper outside DDP is removed as well."""
     inner = getattr(model, "_orig_mod", model)
-    return getattr(inner, "module", inner)
+    inner = getattr(inner, "module", inner)
+    return getattr(inner, "_orig_mod", inner)
 
 
 @contextlib.contextmanager

@@ -59,7 +59,7 @@ def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float 
     else:
         dense = adamw(params, state_dtype, lr=lr, betas=betas, weight_decay=weight_decay)
     opts = [dense]
-    emb = _find_puzzle_emb(model)
+    emb = find_puzzle_emb(model)
     if emb is not None:
         opts.append(SparseSignSGD(emb, lr=puzzle_emb_lr, weight_decay=puzzle_emb_weight_decay, rt=rt,
                                   equal_rows=equal_rows))
@@ -69,7 +69,9 @@ def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float 
     return opts
 
 
-def _find_puzzle_emb(model: nn.Module) -> SparsePuzzleEmbedding | None:
+def find_puzzle_emb(model: nn.Module) -> SparsePuzzleEmbedding | None:
+    """The model's sparse puzzle table, if it has one: its optimizer and the trainer (which chooses its slots) both
+    need it, under whatever wrappers ``model`` has."""
     found = [m for m in model.modules() if isinstance(m, SparsePuzzleEmbedding)]
     return found[0] if found else None
 

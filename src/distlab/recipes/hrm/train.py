@@ -29,7 +29,7 @@ from distlab.recipes.hrm.models import fused_mixer
 from distlab.recipes.hrm.models.build import build_model
 from distlab.recipes.hrm.models.config import curriculum_cycles, parse_curriculum
 from distlab.recipes.hrm.models.ema import EMA
-from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers
+from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers, find_puzzle_emb
 from distlab.profiling import phase
 from distlab.sampler import GlobalBatchSampler
 from distlab.wrap import unwrap
@@ -125,6 +125,9 @@ def train(cfg: HRMConfig, session) -> dict:
                     "ends the run first, the deeper stages never train; set steps to what the budget reaches",
                     planned, cfg.run.time_limit_s)
     model.train()
+    # the puzzle embedding's trainable copies: one persistent slot per micro-batch, chosen here, outside the
+    # compiled model, so its graph stays whole (see models/puzzle_emb.py)
+    puzzle_emb = find_puzzle_emb(unwrap(model))
     while step < steps:
         if cfg.arch.curriculum:  # a pure function of the step: a resumed run trains at the depth it stopped at
             unwrap(model).model.inner.active_H_cycles = curriculum_cycles(cfg.arch.curriculum, cfg.arch.H_cycles,
@@ -138,6 +141,8 @@ def train(cfg: HRMConfig, session) -> dict:
                 carries[micro] = unwrap(model).initial_carry(batch)
             with session.no_sync(model, micro):
                 with phase("forward"), session.autocast():
+                    if puzzle_emb is not None:
+                        puzzle_emb.use_slot(micro, len(idx))
                     carries[micro], loss, part, _, _ = model(carries[micro], batch)
                 # HRM's loss is a sum over examples: / global batch makes it the global mean once the
                 # micro-batches are summed, x world size undoes DDP's averaging over ranks
@@ -193,8 +198,6 @@ def train(cfg: HRMConfig, session) -> dict:
 def _probe(cfg: HRMConfig, session, model, split: PuzzleSplit):
     """``dist.auto_micro_batch``'s probe: one fresh-carry training segment on ``n`` examples, its puzzle-embedding
     gradients dropped (the unwrapped module: no DDP collective, so ranks probe independently)."""
-    from distlab.recipes.hrm.optim import _find_puzzle_emb
-
     def probe(n: int) -> None:
         inner = unwrap(model)
         batch = make_batch(split, np.arange(n) % split.num_examples, session.rt.device)
@@ -203,7 +206,7 @@ def _probe(cfg: HRMConfig, session, model, split: PuzzleSplit):
                 _, loss, _, _, _ = inner(inner.initial_carry(batch), batch)
             (loss / cfg.global_batch_size).backward()
         finally:
-            emb = _find_puzzle_emb(inner)
+            emb = find_puzzle_emb(inner)
             if emb is not None:
                 emb.pop_local_grads()
     return probe
