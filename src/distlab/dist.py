@@ -198,9 +198,8 @@ class Runtime:
         """Each flag True on every rank if it is True on any rank: one collective for all of them.
 
         Called once per training step (stop signals, time limits), so it travels over the CPU (gloo) group even
-        under NCCL: a CUDA tensor read back on the host would wait for every kernel queued so far, and that wait
-        every step kept the host from queueing the next step while the GPU ran this one (the per-step fixed cost
-        that grew with the GPU count).
+        under NCCL: a CUDA tensor read back on the host waits for every kernel queued so far, which keeps the host
+        from queueing the next step while the GPU runs this one.
         """
         if not self.distributed:
             return tuple(bool(f) for f in flags)
