@@ -115,11 +115,9 @@ def main() -> None:
     p.add_argument("--root", default="/tmp/drills")
     args = p.parse_args()
     args.ranks = int(shlex.split(args.launch)[-1])
-    rows = [drill(args, f"kill9-{os.getpid()}", -1, signal.SIGKILL),
-            drill(args, f"stop0-{os.getpid()}", 0, signal.SIGSTOP),
-            drill(args, f"stoplast-{os.getpid()}", -1, signal.SIGSTOP)]
-    for row in rows:
-        print(json.dumps(row))
+    for name, victim, sig in (("kill9", -1, signal.SIGKILL), ("stop0", 0, signal.SIGSTOP),
+                              ("stoplast", -1, signal.SIGSTOP)):
+        print(json.dumps(drill(args, f"{name}-{os.getpid()}", victim, sig)), flush=True)  # each row as it ends
 
 
 if __name__ == "__main__":

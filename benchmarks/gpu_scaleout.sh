@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu_scaleout.sh two    (carry .base .refhrm): the 2-GPU points, two jobs side by side at a time
 #   bash benchmarks/gpu_scaleout.sh four   (carry .base .refhrm): the 4-GPU points, one job at a time, profiled
 #   bash benchmarks/gpu_scaleout.sh four-more: TRM and weak scaling (768 per GPU) on 4 GPUs
+#   bash benchmarks/gpu_scaleout.sh graphs: 1, 2, 4 GPUs under CUDA graphs, the reference and the default beside
 #   bash benchmarks/gpu_scaleout.sh grpo | faults: GRPO strong/weak scaling; fault drills and two launchers (not run yet)
 # .whl must hold a distlab wheel (`pip wheel --no-deps -w .whl .`): its entry points name the recipes; the code
 # itself comes from src/ or .base/src, first on PYTHONPATH.
@@ -75,6 +76,16 @@ case $STAGE in
     point hrm-nosplit-4 src 4 0,1,2,3 sudoku-extreme-1k dist.compile_split_ddp=false $PROF
     point hrm-graphs-4 src 4 0,1,2,3 sudoku-extreme-1k dist.compile_split_ddp=false dist.compile_mode=reduce_overhead
     ref hrm-ref-4 4 0,1,2,3 768 ;;
+  graphs)  # the host-bound 4-GPU step under CUDA graphs (dist.compile_mode=reduce_overhead), the reference beside it
+    RO="dist.compile_split_ddp=false dist.compile_mode=reduce_overhead"
+    export TORCH_LOGS=perf_hints  # names any graph CUDA graphs skip ("skipping cudagraphs due to ...")
+    bg point hrm-graphs-1 src 1 0 sudoku-extreme-1k $RO; bg ref hrm-ref-1 1 1 768
+    bg point hrm-graphs-2 src 2 2,3 sudoku-extreme-1k $RO
+    wait "${PIDS[@]}"; PIDS=()
+    grep -h "skipping cudagraphs" $RES/*.log | sort | uniq -c | head -5
+    point hrm-graphs-4 src 4 0,1,2,3 sudoku-extreme-1k $RO $PROF
+    ref hrm-ref-4 4 0,1,2,3 768
+    point hrm-new-4 src 4 0,1,2,3 sudoku-extreme-1k $PROF ;;
   grpo)  # issue 44 item 2: strong (16 prompts x 8) and weak (16 prompts a GPU) scaling, random-weight Qwen-0.5B shape
     G="model.source=random:qwen2.5-0.5b prompts_per_step=16 num_generations=8 sampling.max_completion_length=128 \
 steps=12 log.every=1 evaluation.before=false ckpt.every=0"
@@ -87,7 +98,8 @@ steps=12 log.every=1 evaluation.before=false ckpt.every=0"
     done
     grep -h "examples/s" $RES/grpo-*.log ;;
   faults)  # issue 44 item 3 and 4: the drills on NCCL, then two launchers of 2 GPUs against one of 4
-    timeout 500 python3 benchmarks/fault_drills.py --launch "--gpus 4" --half "--gpus 2" | tee $RES/drills.json
+    timeout 420 python3 benchmarks/fault_drills.py --launch "--gpus 4" --half "--gpus 2" --timeout-s 30 --steps 200 \
+      | tee $RES/drills.json
     T="train hrm data.build=sudoku data.train_size=256 data.test_size=64 data.workers=4 global_batch_size=64 \
 arch.hidden_size=128 arch.num_heads=4 arch.H_layers=2 arch.L_layers=2 arch.puzzle_emb_ndim=128 steps=30 \
 data.eval_limit=64 run.dir=/tmp/nodes"
@@ -101,7 +113,7 @@ data.eval_limit=64 run.dir=/tmp/nodes"
   four-more)
     point trm-new-4 src 4 0,1,2,3 trm-sudoku
     point hrm-weak-4 src 4 0,1,2,3 sudoku-extreme-1k global_batch_size=3072 ;;
-  *) echo "unknown stage $STAGE: one, two, four, four-more, variants, grpo or faults"; exit 2 ;;
+  *) echo "unknown stage $STAGE: one, two, four, four-more, variants, graphs, grpo or faults"; exit 2 ;;
 esac
 python3 benchmarks/scaleout_table.py /tmp/scaleout
 [ -n "${OUT:-}" ] && tar czf $OUT/$STAGE.tgz -C $RES .  # every JSON and log of the stage, one file back

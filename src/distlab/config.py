@@ -49,6 +49,12 @@ class CompileMode(str, Enum):
     max_autotune = "max-autotune"
     max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
 
+    @property
+    def replays_cuda_graphs(self) -> bool:
+        """A replayed graph writes its outputs into memory its next replay reuses: a caller that keeps an output
+        across calls (a recurrent carry, a gradient accumulated over micro-batches) must copy it out first."""
+        return self in (CompileMode.reduce_overhead, CompileMode.max_autotune)
+
 
 class ActivationCheckpointing(str, Enum):
     none = "none"

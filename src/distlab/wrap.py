@@ -83,6 +83,12 @@ def compiled(model: nn.Module, mode: CompileMode | str = CompileMode.default) ->
     return torch.compile(model) if mode == CompileMode.default else torch.compile(model, mode=mode.value)
 
 
+def replays_cuda_graphs(cfg, device: torch.device) -> bool:
+    """Whether a model wrapped under ``cfg`` (a ``DistConfig``) replays CUDA graphs on ``device``: then each call's
+    outputs are overwritten by the next call, and a caller that keeps them must copy them out."""
+    return bool(cfg.compile) and device.type == "cuda" and CompileMode(cfg.compile_mode).replays_cuda_graphs
+
+
 def unwrap(model: nn.Module) -> nn.Module:
     """The user's module under DDP and torch.compile wrappers (FSDP2 modifies in place). DDP wraps the compiled
     model (:func:`wrap_model`); a compile wrapper outside DDP is removed as well."""

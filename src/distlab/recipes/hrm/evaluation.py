@@ -17,8 +17,9 @@ import torch
 from distlab.atomic import atomic_path, atomic_write_json, atomic_write_text
 from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.data.format import PuzzleSplit
+from distlab.recipes.hrm.models.loss import run_segment
 from distlab.sampler import eval_shard
-from distlab.wrap import unwrap
+from distlab.wrap import replays_cuda_graphs, unwrap
 
 log = logging.getLogger("distlab")
 
@@ -131,9 +132,10 @@ def _noise_seed(cfg, ecfg, rank: int, batch: int, sample: int) -> int:
 def _trajectory(session, model, batch: dict[str, torch.Tensor]) -> tuple[dict, dict]:
     """Every ACT segment of one batch (evaluation halts a batch together); the last segment's metrics, outputs."""
     carry = unwrap(model).initial_carry(batch)
+    graphs = replays_cuda_graphs(session.cfg.dist, session.rt.device)
     while True:
         with session.autocast():
-            carry, _, metrics, outputs, all_halted = model(carry, batch)
+            carry, _, metrics, outputs, all_halted = run_segment(model, carry, batch, graphs)
         if bool(all_halted):
             return metrics, outputs
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from distlab.config import CompileMode
 from distlab.errors import DistlabError
 from distlab.recipe import Recipe
 from distlab.recipes.hrm.config import HRMConfig
@@ -22,11 +23,6 @@ def train(cfg: HRMConfig, session) -> dict:
     return run(cfg, session)
 
 
-# torch.compile modes that capture CUDA graphs: on an H200 the HRM step under reduce-overhead failed reading the
-# halting flags of the previous step's carry (benchmarks/hrm_step_variants.py, docs/benchmarks.md)
-CUDA_GRAPH_MODES = ("reduce_overhead", "max_autotune")
-
-
 def validate(cfg: HRMConfig, world_size: int) -> None:
     """Checks that need no GPU and no data loading, done before any process starts."""
     check_divisible(cfg.global_batch_size, world_size, cfg.dist.grad_accum)
@@ -37,11 +33,13 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
                            "(HRM's epochs)")
     if cfg.optimizer not in ("adam_atan2", "adamw"):
         raise DistlabError(f"optimizer={cfg.optimizer!r} is not one of adam_atan2, adamw")
-    mode = getattr(cfg.dist.compile_mode, "name", cfg.dist.compile_mode)
-    if mode in CUDA_GRAPH_MODES:
-        raise DistlabError(f"dist.compile_mode={mode} replays CUDA graphs, whose outputs the next replay overwrites, "
-                           "but the ACT carry each step returns is read by the next step; use "
-                           "dist.compile_mode=max_autotune_no_cudagraphs or leave the default")
+    mode = CompileMode(cfg.dist.compile_mode)
+    if mode.replays_cuda_graphs and cfg.dist.grad_accum > 1:
+        # the trainer copies the ACT carry out of each replay, but gradients accumulated over micro-batches stay
+        # in the one captured backward's output memory, which the next micro-batch's replay overwrites
+        raise DistlabError(f"dist.compile_mode={mode.name} replays CUDA graphs, whose next replay overwrites the "
+                           f"gradients dist.grad_accum={cfg.dist.grad_accum} accumulates; use dist.grad_accum=1 "
+                           "(a larger global batch per GPU) or dist.compile_mode=default")
     precision = getattr(cfg.dist.precision, "value", cfg.dist.precision)
     if precision == "fp16" and cfg.arch.forward_dtype == "bfloat16":
         raise DistlabError("dist.precision=fp16 with arch.forward_dtype=bfloat16 would run layers in bf16 and fp16 "

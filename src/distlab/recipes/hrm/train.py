@@ -29,10 +29,11 @@ from distlab.recipes.hrm.models import fused_mixer
 from distlab.recipes.hrm.models.build import build_model
 from distlab.recipes.hrm.models.config import curriculum_cycles, parse_curriculum
 from distlab.recipes.hrm.models.ema import EMA
+from distlab.recipes.hrm.models.loss import run_segment
 from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers, find_puzzle_emb
 from distlab.profiling import phase
 from distlab.sampler import GlobalBatchSampler
-from distlab.wrap import unwrap
+from distlab.wrap import replays_cuda_graphs, unwrap
 
 log = logging.getLogger("distlab")
 
@@ -128,6 +129,7 @@ def train(cfg: HRMConfig, session) -> dict:
     # the puzzle embedding's trainable copies: one persistent slot per micro-batch, chosen here, outside the
     # compiled model, so its graph stays whole (see models/puzzle_emb.py)
     puzzle_emb = find_puzzle_emb(unwrap(model))
+    graphs = replays_cuda_graphs(cfg.dist, rt.device)  # dist.compile_mode=reduce_overhead: whole-graph replays
     while step < steps:
         if cfg.arch.curriculum:  # a pure function of the step: a resumed run trains at the depth it stopped at
             unwrap(model).model.inner.active_H_cycles = curriculum_cycles(cfg.arch.curriculum, cfg.arch.H_cycles,
@@ -143,7 +145,7 @@ def train(cfg: HRMConfig, session) -> dict:
                 with phase("forward"), session.autocast():
                     if puzzle_emb is not None:
                         puzzle_emb.use_slot(micro, len(idx))
-                    carries[micro], loss, part, _, _ = model(carries[micro], batch)
+                    carries[micro], loss, part, _, _ = run_segment(model, carries[micro], batch, graphs)
                 # HRM's loss is a sum over examples: / global batch makes it the global mean once the
                 # micro-batches are summed, x world size undoes DDP's averaging over ranks
                 with phase("backward"):

@@ -31,6 +31,12 @@ class ACTCarry:
     halted: torch.Tensor  # (B,) bool, slot takes a new example on the next call
     current_data: dict[str, torch.Tensor]
 
+    def clone(self) -> ACTCarry:
+        """A copy in fresh memory: under CUDA-graph replay the returned carry lives in the graph's output
+        buffers, which the next replay (the very call that reads the carry) overwrites."""
+        return ACTCarry(tuple(z.clone() for z in self.inner), self.steps.clone(), self.halted.clone(),
+                        {k: v.clone() for k, v in self.current_data.items()})
+
 
 class ACTModel(nn.Module):
     """Wraps an inner :class:`RecurrentCore`; ``forward(carry, batch) -> (carry, outputs)``."""

@@ -54,6 +54,8 @@ class SparsePuzzleEmbedding(nn.Module):
         if slot is None or slot[0].shape[0] != rows or slot[0].device != w.device or slot[0].dtype != w.dtype:
             slot = (torch.zeros(rows, self.dim, dtype=w.dtype, device=w.device, requires_grad=True),
                     torch.zeros(rows, dtype=torch.long, device=w.device))
+            for t in slot:  # a fixed address, as a buffer's: a CUDA-graph replay may then write into it
+                torch._dynamo.mark_static_address(t)
             self._slots[index] = slot
         self._next_rows, self._next_ids = slot
 
