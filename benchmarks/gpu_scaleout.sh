@@ -7,7 +7,8 @@
 #   bash benchmarks/gpu_scaleout.sh two    (carry .base .refhrm): the 2-GPU points, two jobs side by side at a time
 #   bash benchmarks/gpu_scaleout.sh four   (carry .base .refhrm): the 4-GPU points, one job at a time, profiled
 #   bash benchmarks/gpu_scaleout.sh four-more: TRM and weak scaling (768 per GPU) on 4 GPUs
-#   bash benchmarks/gpu_scaleout.sh graphs: 1, 2, 4 GPUs under CUDA graphs, the reference and the default beside
+#   bash benchmarks/gpu_scaleout.sh graphs: 1, 2, 4 GPUs under CUDA graphs, the reference beside
+#   bash benchmarks/gpu_scaleout.sh graphs-more: TRM and weak scaling under CUDA graphs, the default mode at 4 GPUs
 #   bash benchmarks/gpu_scaleout.sh grpo | faults: GRPO strong/weak scaling; fault drills and two launchers (not run yet)
 # .whl must hold a distlab wheel (`pip wheel --no-deps -w .whl .`): its entry points name the recipes; the code
 # itself comes from src/ or .base/src, first on PYTHONPATH.
@@ -54,6 +55,8 @@ ref() {  # NAME GPUS VISIBLE GLOBAL_BATCH: the reference HRM code, median exampl
 PROF="log.profile_steps=20 log.profile_wait=$((STEPS - 40))"
 bg() { "$@" & PIDS+=($!); }  # a job side by side; `wait` alone would also wait for the log's tee
 PIDS=()
+# the stage's JSONs and logs come back even when the call's time limit ends it early
+[ -n "${OUT:-}" ] && trap 'tar czf $OUT/$STAGE.tgz -C $RES . 2>/dev/null' EXIT && trap 'exit 143' TERM INT
 case $STAGE in
   one)
     bg point hrm-new-1 src 1 0 sudoku-extreme-1k; bg ref hrm-ref-1 1 1 768; bg point hrm-new-2 src 2 2,3 sudoku-extreme-1k
@@ -84,7 +87,12 @@ case $STAGE in
     wait "${PIDS[@]}"; PIDS=()
     grep -h "skipping cudagraphs" $RES/*.log | sort | uniq -c | head -5
     point hrm-graphs-4 src 4 0,1,2,3 sudoku-extreme-1k $RO $PROF
-    ref hrm-ref-4 4 0,1,2,3 768
+    ref hrm-ref-4 4 0,1,2,3 768 ;;  # ~7.5 minutes with start-up (2026-11-27)
+  graphs-more)  # TRM and weak scaling (768 per GPU) under CUDA graphs, the default mode and the reference beside
+    RO="dist.compile_split_ddp=false dist.compile_mode=reduce_overhead"
+    point trm-graphs-4 src 4 0,1,2,3 trm-sudoku $RO
+    point hrm-graphsweak-4 src 4 0,1,2,3 sudoku-extreme-1k $RO global_batch_size=3072
+    ref hrm-refweak-4 4 0,1,2,3 3072
     point hrm-new-4 src 4 0,1,2,3 sudoku-extreme-1k $PROF ;;
   grpo)  # issue 44 item 2: strong (16 prompts x 8) and weak (16 prompts a GPU) scaling, random-weight Qwen-0.5B shape
     G="model.source=random:qwen2.5-0.5b prompts_per_step=16 num_generations=8 sampling.max_completion_length=128 \
@@ -113,8 +121,7 @@ data.eval_limit=64 run.dir=/tmp/nodes"
   four-more)
     point trm-new-4 src 4 0,1,2,3 trm-sudoku
     point hrm-weak-4 src 4 0,1,2,3 sudoku-extreme-1k global_batch_size=3072 ;;
-  *) echo "unknown stage $STAGE: one, two, four, four-more, variants, graphs, grpo or faults"; exit 2 ;;
+  *) echo "unknown stage $STAGE: one, two, four, four-more, variants, graphs, graphs-more, grpo or faults"; exit 2 ;;
 esac
 python3 benchmarks/scaleout_table.py /tmp/scaleout
-[ -n "${OUT:-}" ] && tar czf $OUT/$STAGE.tgz -C $RES .  # every JSON and log of the stage, one file back
 date -u
