@@ -200,3 +200,13 @@ def test_bad_eval_settings_are_one_line_errors(tmp_path):
     for ev in ({"samples": 0}, {"select": "best"}, {"noise": "input"}, {"noise_scale": -1.0}):
         with pytest.raises(DistlabError, match="eval\\."):
             _validate_eval(dataclasses.replace(_cfg(), eval=EvalConfig(**ev)))
+
+
+def test_eval_samples_is_bounded_above_at_the_stated_maximum():
+    """eval.samples=100000 once ran silently for 15 minutes: the bound is refused just above it, accepted at it."""
+    from distlab.errors import DistlabError
+    from distlab.recipes.hrm.recipe import MAX_EVAL_SAMPLES, _validate_eval
+
+    _validate_eval(dataclasses.replace(_cfg(), eval=EvalConfig(samples=MAX_EVAL_SAMPLES)))
+    with pytest.raises(DistlabError, match=f"at most {MAX_EVAL_SAMPLES}"):
+        _validate_eval(dataclasses.replace(_cfg(), eval=EvalConfig(samples=MAX_EVAL_SAMPLES + 1)))

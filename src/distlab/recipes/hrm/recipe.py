@@ -64,12 +64,24 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
             load_split(path, split)
 
 
+# Upper bound of eval.samples: pass@100 (the largest k reported) needs 100; 1024 leaves room for vote studies
+# while keeping an evaluation within ~1000x a plain one rather than unbounded.
+MAX_EVAL_SAMPLES = 1024
+
+
 def _validate_eval(cfg: HRMConfig) -> None:
     from distlab.recipes.hrm.config import NOISE_MODES, SELECTIONS
 
     e = cfg.eval
     if e.samples < 1:
-        raise DistlabError(f"eval.samples={e.samples} must be >= 1 (1 = plain evaluation)")
+        raise DistlabError(f"eval.samples={e.samples} is invalid: it must be 1 or more (1 = plain evaluation, K = K "
+                           f"trajectories per puzzle)")
+    if e.samples > MAX_EVAL_SAMPLES:
+        # each sample is one more full trajectory of every test batch, and the K answers of a batch are stacked to
+        # pick one: time grows K-fold and memory with K, so 100,000 ran for hours inside one progress step
+        raise DistlabError(f"eval.samples={e.samples} is too many: it must be at most {MAX_EVAL_SAMPLES} (each sample "
+                           f"runs the whole test set once more and is held in memory to pick an answer); use "
+                           f"eval.samples={MAX_EVAL_SAMPLES} or less (pass@100 needs 100)")
     if e.select not in SELECTIONS:
         raise DistlabError(f"eval.select={e.select!r} is not one of {', '.join(SELECTIONS)}")
     if e.noise not in NOISE_MODES:
@@ -132,4 +144,4 @@ RECIPE = Recipe(name="hrm", config=HRMConfig, train=train, presets_dir=PRESETS,
                                     "log.profile_steps", "dist.activation_checkpointing", "dist.comm_hook",
                                     "dist.auto_micro_batch", "optim.state_dtype"}),
                 positive_keys=frozenset({"steps", "epochs", "lr", "global_batch_size", "hidden_size", "train_size",
-                                         "test_size", "workers"}))
+                                         "test_size", "workers", "samples"}))

@@ -78,7 +78,7 @@ LM_ZERO_MEANS = {"chunk_prompts": "a training step's rows per call"}  # Recipe.z
 LM_POSITIVE_KEYS = frozenset({
     "steps", "prompts_per_step", "num_generations", "micro_batch_size", "lr", "num_iterations", "logprob_chunk",
     "sft_lr", "max_completion_length", "train_size", "eval_size", "workers", "timeout_s", "memory_mb", "max_procs",
-    "max_file_mb", "max_open_files", "max_refill_rounds", "reward_timeout_s",
+    "max_file_mb", "max_open_files", "max_refill_rounds", "reward_timeout_s", "samples",
 })
 
 
