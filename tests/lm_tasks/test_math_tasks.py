@@ -129,10 +129,21 @@ def test_gsm8k_and_math_layouts_load(tmp_path):
     ([GSM8K[0], {"question": "q"}], r"gsm\.jsonl:2: gsm8k layout: 'answer' must be a non-empty string"),
     ([MATH[0], {"problem": "p", "solution": "no box"}], r"gsm\.jsonl:2: math layout: 'solution' has no \\boxed"),
     ([MATH[0], MATH[0]], r"gsm\.jsonl:2: task_id 'algebra/1' appears twice"),
+    # json reads the non-standard NaN/Infinity as floats: once these became the answers "nan" and "inf"
+    ([{"prompt": "p", "answer": 3}, {"prompt": "q", "answer": float("nan")}], r"gsm\.jsonl:2: 'answer' is NaN"),
+    ([MATH[0], {"problem": "p", "solution": "s", "answer": float("-inf")}], r"gsm\.jsonl:2: 'answer' is -Infinity"),
 ])
 def test_a_bad_line_names_file_and_line(tmp_path, rows, message):
     with pytest.raises(DistlabError, match=message):
         load_tasks(str(_write(tmp_path / "gsm.jsonl", rows)), "train")
+
+
+def test_a_numeric_math_answer_is_its_text(tmp_path):
+    """A number where MATH-500 puts its answer is the answer (it once fell back to the \\boxed{} silently)."""
+    rows = [{"problem": "p", "solution": "so \\boxed{7}", "answer": 8}]
+    assert [t.answer for t in load_tasks(str(_write(tmp_path / "m.jsonl", rows)), "train")] == ["8"]
+    assert [t.answer for t in load_tasks(str(_write(tmp_path / "s.jsonl", [{"prompt": "q", "answer": 2.5}])),
+                                         "train")] == ["2.5"]
 
 
 pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")

@@ -315,6 +315,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
      ["evaluation.samples=-1", "greater than 0"]),
     ("hrm-eval-samples-neg", ["train", "hrm", "eval.samples=-1"], ["eval.samples=-1", "greater than 0"]),
     ("hrm-eval-samples-huge", ["train", "hrm", "eval.samples=100000"], ["eval.samples=100000", "at most 1024"]),
+    ("grpo-nan-answer", ["train", "grpo", "task.train=nan_answer.jsonl"], ["nan_answer.jsonl:2", "'answer' is NaN"]),
     ("sandbox-missing", ["sandbox", "run", "nope.py", "--tests", "nope_tests.py"], ["nope.py"]),
 ]
 
@@ -378,6 +379,7 @@ def _broken_lm_inputs(d: Path) -> None:
     (d / "tests_ok.py").write_text("assert f() == 1\n")
     (d / "tests_empty.py").write_text("# nothing here\n")
     (d / "tests_syntax.py").write_text("assert f() == 1\nassert f( == 1\n")
+    (d / "nan_answer.jsonl").write_text('{"prompt": "1 + 1?", "answer": 2}\n{"prompt": "p", "answer": NaN}\n')
     (d / "short.csv").write_text("source,q,a,rating\nx," + "." * 81 + "," + "1" * 81 + ",3\nx,...\n")
 
 

@@ -16,6 +16,7 @@ is read, before any process starts; an error names the line.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,15 @@ def _tests(value: Any, where: str) -> str:
     return value
 
 
-def _answer(value: Any, where: str) -> str:
-    """A math row's final answer; numbers are accepted because GSM8K-like exports often store them as numbers."""
+def answer_text(value: Any, where: str) -> str:
+    """A math row's final answer as text; numbers are accepted because GSM8K-like exports often store them as numbers.
+
+    Python's json reads the non-standard tokens ``NaN`` and ``Infinity`` as floats, whose text "nan" or "inf" no
+    completion's number ever equals: such a row would train on a reward that is always 0, so it is refused, naming
+    the line (a missing answer exported by pandas looks exactly like this)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise DistlabError(f"{where}: 'answer' is {json.dumps(value)}, not a number any completion can match (JSON has "
+                           f"no NaN or Infinity); give the final answer, or remove the line")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):
@@ -88,7 +96,7 @@ def task_from_row(row: Any, where: str, default_id: str, source: str = "jsonl") 
                   entry_point=extra.get("entry_point"), visible_test=extra.get("visible_test", ""),
                   source=extra.get("source", source), solution=extra.get("solution", ""))
     if math:
-        return Task(**fields, tests="", kind="math", answer=_answer(row["answer"], where))
+        return Task(**fields, tests="", kind="math", answer=answer_text(row["answer"], where))
     return Task(**fields, tests=_tests(row["tests"], where))
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.tasks.jsonl import Row, json_rows, task_from_row, unique_tasks
+from distlab.recipes.lm.tasks.jsonl import Row, answer_text, json_rows, task_from_row, unique_tasks
 from distlab.recipes.lm.tasks.math_answer import last_boxed
 from distlab.recipes.lm.tasks.task import Task
 
@@ -73,6 +73,8 @@ def schema_row(row: Any, where: str, layout: str) -> Row:
         solution = f"{_CALC.sub('', body).strip()}\nThe answer is {answer}.".strip()
     else:
         given = row.get("answer")
+        if given is not None and not isinstance(given, str):  # a number (MATH-500 exports) or a refused NaN
+            given = answer_text(given, where)
         answer = given.strip() if isinstance(given, str) and given.strip() else (last_boxed(worked) or "").strip()
         if not answer:
             raise DistlabError(f"{where}: math layout: 'solution' has no \\boxed{{...}} final answer (or give "
