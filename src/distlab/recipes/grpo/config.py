@@ -27,6 +27,22 @@ def _models() -> dict[str, ModelSettings]:
 
 
 @dataclass
+class AsyncConfig:
+    """Overlapped, K-step off-policy GRPO (``async.*`` on the command line and in config files).
+
+    ``off_policy_steps=K > 0``: the rollouts a step trains on were sampled K optimizer steps earlier, before the
+    update of the step that sampled them, so their sandbox scoring runs while that update, the next reference pass
+    and the next sampling do: the sampler and the sandbox no longer idle each other (issue 49). ``0`` is the
+    synchronous loop, unchanged. Lagged rollouts are corrected per token by the truncated importance weight
+    ``min(pi_train / pi_behaviour, importance_sampling_cap)`` (TRL's ``vllm_importance_sampling_cap``, verl's
+    ``rollout_is_threshold``; 2.0 is both their defaults) on the policy-gradient term.
+    """
+
+    off_policy_steps: int = 0
+    importance_sampling_cap: float = 2.0
+
+
+@dataclass
 class GRPOConfig(LMRecipeConfig):
     warmup_steps: int = 0
     lr_scheduler_type: LrSchedule = LrSchedule.constant
@@ -50,6 +66,8 @@ class GRPOConfig(LMRecipeConfig):
     shuffle_rewards: bool = False
     log_completions: int = 0  # every N steps, log this rank's sampled completions with their rewards (0 = off)
     models: dict[str, ModelSettings] = field(default_factory=_models)
+    # ``async`` is a Python keyword: the field is ``async_``, the keys users write are ``async.*`` (ALIASES)
+    async_: AsyncConfig = field(default_factory=AsyncConfig)
 
 
 ALIASES = {
@@ -60,4 +78,8 @@ ALIASES = {
     "gradient_accumulation_steps": "dist.grad_accum",  # the field it was before dist.grad_accum served GRPO
     "--training_args.gradient_checkpointing": "model.gradient_checkpointing",
     "--evaluation.eval_interval_steps": "evaluation.eval_interval_steps",
+    "async": "async_",  # a config file's ``async:`` block
+    "async.off_policy_steps": "async_.off_policy_steps",
+    "async.importance_sampling_cap": "async_.importance_sampling_cap",
+    "async.is_cap": "async_.importance_sampling_cap",  # the short name issue 49 uses
 }

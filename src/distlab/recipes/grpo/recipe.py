@@ -33,6 +33,7 @@ def check(cfg: GRPOConfig, world_size: int) -> None:
     if "overlong" in cfg.reward_funcs and not 0 < cfg.overlong_buffer < cfg.sampling.max_completion_length:
         raise DistlabError(f"overlong_buffer={cfg.overlong_buffer} must lie between 0 and "
                            f"sampling.max_completion_length={cfg.sampling.max_completion_length} (exclusive)")
+    check_off_policy(cfg)
     local = cfg.rows_per_rank(world_size)
     micro_steps = -(-local // cfg.micro_batch_size)
     accum = cfg.dist.grad_accum
@@ -42,6 +43,20 @@ def check(cfg: GRPOConfig, world_size: int) -> None:
                            f"micro-steps; leave it at 1 or set micro_batch_size={-(-local // accum)}")
     if cfg.beta == 0 and cfg.models["reference"].placement != "device":
         log.warning("beta=0: no reference model is loaded, models.reference.placement is unused")
+
+
+def check_off_policy(cfg: GRPOConfig) -> None:
+    """``async.*``: a lag of 0 or more steps, a cap no token's weight is cut below 1 by, and no dynamic sampling
+    (which batch trains depends on rewards that, sampled ahead, are not in yet; not supported)."""
+    lag, cap = cfg.async_.off_policy_steps, cfg.async_.importance_sampling_cap
+    if lag < 0:
+        raise DistlabError(f"async.off_policy_steps={lag} must be >= 0 (0: the synchronous loop)")
+    if not cap >= 1.0:
+        raise DistlabError(f"async.importance_sampling_cap={cap} must be >= 1 (TRL and verl default to 2.0): a cap "
+                           f"below 1 would shrink the weight of tokens the lag did not change")
+    if lag and cfg.dynamic_sampling:
+        raise DistlabError(f"async.off_policy_steps={lag} with dynamic_sampling=true is not supported: set one of "
+                           f"them off")
 
 
 def validate(cfg: GRPOConfig, world_size: int) -> None:

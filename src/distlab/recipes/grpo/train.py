@@ -34,8 +34,9 @@ from distlab.recipes.lm.generate import generate, max_prompt_tokens
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.recipes.lm.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
 from distlab.recipes.lm.models import SamplingCopy, gathered, load_placed
+from distlab.recipes.grpo.off_policy import RolloutsAhead
 from distlab.recipes.lm.pg_loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts, policy_loss,
-                                        reward_moments, std_from_moments)
+                                        reward_moments, std_from_moments, truncated_importance_weight)
 from distlab.recipes.lm.prompting import prompt_text, stops_for
 from distlab.recipes.lm.reward_funcs import RewardFunctions, Sample
 from distlab.recipes.lm.rewards import RewardScorer
@@ -63,6 +64,17 @@ def train(cfg: GRPOConfig, session) -> dict:
     session.track_model("policy", policy, [opt])
     session.track("sampler", sampler)
     session.track("start_eval", start_eval)
+    ahead = None
+    if cfg.async_.off_policy_steps > 0:  # batches sampled ahead are part of the run's state: resume trains on them
+
+        def sample(target: int, version: int, times: dict[str, float]) -> Rollouts:
+            local = [tasks[i] for i in sampler.next()]
+            return sample_ahead(cfg, session, parts, local, rollout_seed(cfg.run.seed, target, rt.rank), version,
+                                times)
+
+        ahead = RolloutsAhead(cfg.async_.off_policy_steps, cfg.steps - 1, sample,
+                              lambda ro: resolved(parts, ro))  # parts: built after the restore
+        session.track("rollouts_ahead", ahead, per_rank=True)
     count_skipped_steps(session)
     step = session.restore()
     if step == 0 and cfg.sft_steps > 0:
@@ -80,6 +92,8 @@ def train(cfg: GRPOConfig, session) -> dict:
                   phase=session.phase)
 
     def one_step(step: int) -> dict:
+        if ahead is not None:
+            return grpo_step(cfg, session, parts, [], step, tasks, ahead=ahead)
         return grpo_step(cfg, session, parts, [tasks[i] for i in sampler.next()], step, tasks)
 
     status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("reward_mean",),
@@ -155,11 +169,17 @@ class Group:
 
 @dataclass
 class Rollouts:
-    """Sampled completions whose rewards the sandbox is still computing (``started``: one pending set each)."""
+    """Sampled completions whose rewards the sandbox is still computing (``started``: one pending set each).
+
+    ``version``: optimizer steps the sampling weights had taken; ``behaviour``: per micro-batch of the update's
+    layout, the log-probs of the sampled tokens under those weights (kept only when sampled ahead,
+    ``async.off_policy_steps > 0``, for the importance weight)."""
 
     prompts: list[str]
     comps: list
     started: list
+    version: int = 0
+    behaviour: list | None = None
 
 
 def start_rollouts(cfg: GRPOConfig, parts: Parts, local: list[Task], seed: int, times: dict[str, float]) -> Rollouts:
@@ -169,6 +189,29 @@ def start_rollouts(cfg: GRPOConfig, parts: Parts, local: list[Task], seed: int, 
     comps, started = rollout(cfg, parts, local, prompts, seed)
     times["generate_s"] = times.get("generate_s", 0.0) + time.perf_counter() - t0
     return Rollouts(prompts, comps, started)
+
+
+def sample_ahead(cfg: GRPOConfig, session, parts: Parts, local: list[Task], seed: int, version: int,
+                 times: dict[str, float]) -> Rollouts:
+    """Rollouts for a later step (``async.off_policy_steps``), their rewards started, with the log-probs of the
+    weights that sampled them (version ``version``) on the layout the update will read, taken now: by the time the
+    batch trains, those weights are gone."""
+    ro = start_rollouts(cfg, parts, local, seed, times)
+    t0 = time.perf_counter()
+    lay = update_layout(cfg, parts, ro.comps)
+    ro.behaviour = frozen_logprobs(session, parts.policy, ids=lay.ids, attn=lay.attn, mask=lay.comp,
+                                   slices=lay.slices, chunk_tokens=cfg.logprob_chunk,
+                                   temperature=cfg.sampling.temperature, device=lay.ids.device, pack=cfg.padding_free)
+    ro.version = version
+    times["behaviour_logprobs_s"] = times.get("behaviour_logprobs_s", 0.0) + time.perf_counter() - t0
+    return ro
+
+
+def resolved(parts: Parts, ro: Rollouts) -> Rollouts:
+    """``ro`` with every reward waited for: numbers in place of the sandbox's futures (a checkpoint holds these)."""
+    values = parts.rewards.collect(ro.started)
+    ro.started = [{name: vals[i] for name, vals in values.items()} for i in range(len(ro.started))]
+    return ro
 
 
 def scored_groups(cfg: GRPOConfig, parts: Parts, ro: Rollouts, times: dict[str, float]) -> list[Group]:
@@ -211,14 +254,24 @@ def refill(cfg: GRPOConfig, session, parts: Parts, groups: list[Group], tasks: l
     return (keep + spare)[:want], rounds
 
 
-def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: int, tasks: list[Task]) -> dict:
-    """One GRPO step on this rank's prompts ``local``; returns the step's metrics (identical on every rank)."""
+def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: int, tasks: list[Task],
+              ahead: RolloutsAhead | None = None) -> dict:
+    """One GRPO step on this rank's prompts ``local``; returns the step's metrics (identical on every rank).
+
+    With ``ahead`` (``async.off_policy_steps=K > 0``) the step trains on the batch sampled K steps earlier
+    (``local`` is unused: the batches draw their own prompts) and first samples the batches of the next K steps
+    with its weights as handed to it, so their sandbox scoring overlaps this step's update."""
     rt = session.rt
     policy, opt = parts.policy, parts.opt
     for g in opt.param_groups:
         g["lr"] = cfg.lr * lr_factor(step, cfg.warmup_steps, cfg.steps, cfg.lr_scheduler_type.value)
     times: dict[str, float] = {}
-    ro = start_rollouts(cfg, parts, local, rollout_seed(cfg.run.seed, step, rt.rank), times)
+    if ahead is None:
+        ro = start_rollouts(cfg, parts, local, rollout_seed(cfg.run.seed, step, rt.rank), times)
+        ro.version = step
+    else:
+        ro = ahead.take(step, times)
+        ahead.prefetch(step, times)  # before the update: these batches are sampled by this step's starting weights
     mark_peak(rt, "generate", times)
     rounds = 0
     if cfg.dynamic_sampling:  # which groups train depends on their rewards: wait for them first
@@ -244,16 +297,24 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
         zero_var = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards, batch_std=batch_std)[1]
     adv = adv[batch.order]
     device, temp = batch.ids.device, cfg.sampling.temperature
+    is_max = [0.0]  # the largest importance weight of the step (a max, which policy_update's summed stats are not)
 
     def micro_loss(m: int):
         sl = batch.slices[m]
         logp, ent = logprobs(policy, batch.ids[sl], batch.attn[sl], batch.comp[sl], chunk_tokens=cfg.logprob_chunk,
                              temperature=temp, entropy="grad" if cfg.entropy_coef else True, pack=cfg.padding_free)
-        return policy_loss(logp, batch.old[m], batch.ref[m], adv[sl[0]].to(device).float(), batch.mask[sl],
-                           epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high or cfg.epsilon, beta=cfg.beta, kl=cfg.kl,
-                           loss_type=cfg.loss_type, norm=batch.norm,
-                           max_completion_length=cfg.sampling.max_completion_length, world_size=rt.world_size,
-                           entropy=ent, entropy_coef=cfg.entropy_coef)
+        weight, extra = None, {}
+        if ro.behaviour is not None:  # sampled by older weights: pi_train is the policy before this step's update
+            train = batch.old[m] if batch.old[m] is not None else logp
+            weight, cut = truncated_importance_weight(train, ro.behaviour[m].to(device),
+                                                      cfg.async_.importance_sampling_cap)
+            weight, extra = importance_stats(weight, cut, batch.mask[sl] != 0, is_max)
+        loss, stats = policy_loss(logp, batch.old[m], batch.ref[m], adv[sl[0]].to(device).float(), batch.mask[sl],
+                                  epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high or cfg.epsilon, beta=cfg.beta,
+                                  kl=cfg.kl, loss_type=cfg.loss_type, norm=batch.norm,
+                                  max_completion_length=cfg.sampling.max_completion_length, world_size=rt.world_size,
+                                  entropy=ent, entropy_coef=cfg.entropy_coef, is_weight=weight)
+        return loss, {**stats, **extra}
 
     t3 = time.perf_counter()
     def record(m: int) -> dict:
@@ -270,6 +331,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     if cfg.log_completions and (step + 1) % cfg.log_completions == 0 and rt.is_main:
         _log_completions(session, step + 1, prompts, comps, per_func, rewards)
     metrics = _step_metrics(rt, cfg, rewards, zero_var, comps, sums, parts.scorer, times, gnorm, batch.norm)
+    metrics |= importance_metrics(rt, sums, is_max[0] if ro.behaviour is not None else None, step, ro.version)
     means = rt.reduce_sums({name: sum(v) for name, v in per_func.items()} | {"refill_rounds": float(rounds)}
                            | first_round_sums(first))
     return {**metrics, **{f"rewards/{name}": means[name] / (len(comps) * rt.world_size) for name in per_func},
@@ -294,6 +356,55 @@ def first_round_means(tot: dict[str, float]) -> dict[str, float]:
             "zero_std_fraction_first_round": tot["first_zero_var_groups"] / max(tot["first_groups"], 1.0)}
 
 
+def importance_stats(weight: torch.Tensor, cut: torch.Tensor, keep: torch.Tensor, is_max: list
+                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The weight as the loss uses it, and its sums over the trained tokens ``keep`` (``is_max[0]``: the running
+    max): ``policy_update`` adds the sums over micro-batches and iterations, as it does ``num_tokens``."""
+    kept = torch.where(keep, weight, torch.zeros_like(weight))
+    if kept.numel():
+        is_max[0] = max(is_max[0], float(kept.max()))
+    return weight, {"is_weight_sum": kept.sum().to(torch.float64),
+                    "is_truncated": (cut & keep).sum().to(torch.float64)}
+
+
+def importance_metrics(rt, sums: dict[str, float], local_max: float | None, step: int, version: int
+                       ) -> dict[str, float]:
+    """The step's importance weights over every rank's trained tokens (mean, max, tokens the cap truncated) and
+    the version of the weights that sampled the batch. Synchronous (``async.off_policy_steps=0``): no weight is
+    applied, logged as 1, 1 and 0."""
+    tot = rt.reduce_sums({"tokens": sums.get("num_tokens", 0.0),
+                          "weights": sums.get("is_weight_sum", sums.get("num_tokens", 0.0)),
+                          "truncated": sums.get("is_truncated", 0.0)})
+    top = 1.0 if local_max is None else max(rt.all_gather_object(local_max))
+    return {"is_weight/mean": tot["weights"] / tot["tokens"] if tot["tokens"] else 1.0, "is_weight/max": top,
+            "is_weight/truncated_tokens": tot["truncated"], "policy_version": float(version),
+            "policy_lag": float(step - version)}
+
+
+@dataclass
+class Layout:
+    """A step's completions in the order and shapes the update reads: sorted by length (``order``), padded, cut
+    into micro-batches (each to its own widest row). A pure function of the completions, so log-probs taken on it
+    when a batch is sampled line up with the update's."""
+
+    order: torch.Tensor
+    ids: torch.Tensor
+    attn: torch.Tensor
+    comp: torch.Tensor
+    truncated: torch.Tensor
+    slices: list
+
+
+def update_layout(cfg: GRPOConfig, parts: Parts, comps: list) -> Layout:
+    device = compute_device(parts.policy)
+    pad = parts.tok.pad_token_id if parts.tok.pad_token_id is not None else 0
+    order = by_length([len(c.prompt_ids) + len(c.token_ids) for c in comps])
+    ordered = [comps[i] for i in order.tolist()]
+    ids, attn, comp = sequences([c.prompt_ids for c in ordered], [c.token_ids for c in ordered], pad, device)
+    truncated = torch.tensor([c.truncated for c in ordered], device=device)
+    return Layout(order, ids, attn, comp, truncated, micro_batches(len(comps), cfg.micro_batch_size, attn))
+
+
 @dataclass
 class FrozenBatch:
     """A step's completions as the update reads them: sorted by length (``order``), padded tensors, micro-batch
@@ -314,16 +425,12 @@ def frozen_batch(cfg: GRPOConfig, session, parts: Parts, comps: list, times: dic
     """Everything the update needs that no reward decides: it can run while the sandbox still scores ``comps``."""
     rt, policy = session.rt, parts.policy
     device = compute_device(policy)
-    pad = parts.tok.pad_token_id if parts.tok.pad_token_id is not None else 0
     # the update sees the completions sorted by length, each micro-batch cut to its own widest row
-    order = by_length([len(c.prompt_ids) + len(c.token_ids) for c in comps])
-    ordered = [comps[i] for i in order.tolist()]
-    ids, attn, comp = sequences([c.prompt_ids for c in ordered], [c.token_ids for c in ordered], pad, device)
-    truncated = torch.tensor([c.truncated for c in ordered], device=device)
-    mask = apply_truncation_mask(comp, truncated) if cfg.mask_truncated_completions else comp
+    lay = update_layout(cfg, parts, comps)
+    order, ids, attn, comp, slices = lay.order, lay.ids, lay.attn, lay.comp, lay.slices
+    mask = apply_truncation_mask(comp, lay.truncated) if cfg.mask_truncated_completions else comp
     norm = GlobalNorm.from_counts(rt.all_reduce_sum(local_counts(mask)).cpu())
     t0 = time.perf_counter()
-    slices = micro_batches(len(comps), cfg.micro_batch_size, attn)
     frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=comp, slices=slices,
                      chunk_tokens=cfg.logprob_chunk, temperature=cfg.sampling.temperature, device=device,
                      pack=cfg.padding_free)

@@ -210,6 +210,20 @@ def apply_truncation_mask(mask: Tensor, truncated: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- losses
+def truncated_importance_weight(train_logp: Tensor, behaviour_logp: Tensor, cap: float) -> tuple[Tensor, Tensor]:
+    """``(min(pi_train / pi_behaviour, cap), truncated)`` per token, from log-probs of the sampled tokens.
+
+    Rollouts sampled ``K`` steps ago (``async.off_policy_steps``) come from an older policy than the one trained;
+    weighting each token's policy-gradient term by ``pi_train / pi_behaviour`` makes the gradient the on-policy one
+    in expectation, and capping the weight (truncated importance sampling, as TRL's ``vllm_importance_sampling_cap``
+    and verl's ``rollout_is_threshold``) bounds the variance a rare token of a lagged batch can add, at the price of
+    a small bias on the tokens the cap touches (``truncated``: ratio above ``cap``). Both inputs are detached: the
+    weight is a constant of the loss. Equal log-probs give exactly 1.
+    """
+    ratio = torch.exp(train_logp.detach() - behaviour_logp.detach())
+    return ratio.clamp(max=cap), ratio > cap
+
+
 def clipped_surrogate(logp: Tensor, old_logp: Tensor, advantages: Tensor, epsilon: float,
                       epsilon_high: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per-token ``-min(rho A, clip(rho, 1 - eps, 1 + eps_high) A)`` with ``rho = exp(logp - old_logp)``.
@@ -270,7 +284,8 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
                 mask: Tensor | Sequence[Tensor], *, epsilon: float, epsilon_high: float | None = None,
                 beta: float | Tensor = 0.0, kl: str | KLEstimator = "k3", loss_type: str | Enum = "grpo",
                 norm: GlobalNorm, max_completion_length: int | None = None, world_size: int = 1,
-                entropy: Tensor | None = None, entropy_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
+                entropy: Tensor | None = None, entropy_coef: float = 0.0,
+                is_weight: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """This micro-batch's loss, scaled so that the caller contract above gives the exact gradient.
 
     Per token ``l = -min(rho A, clip(rho, 1 - eps, 1 + eps_high) A) + beta * KL`` over ``[B, T]`` tensors,
@@ -301,6 +316,10 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
     (``entropy`` must then carry gradients). Padded positions are excluded with ``torch.where``, but should
     hold finite values for the gradient to stay finite.
 
+    ``is_weight`` (``[B, T]``, optional): per-token importance weights of rollouts sampled by an older policy
+    (:func:`truncated_importance_weight`), multiplying the clipped policy-gradient term only, not the KL or the
+    entropy bonus (as TRL applies its ``vllm_importance_sampling_correction``); held constant (detached).
+
     ``stats`` maps :data:`STAT_KEYS` to detached float64 sums over this micro-batch's unmasked tokens
     (``objective`` is the unscaled share), plus ``kl_seg{i}``/``tokens_seg{i}`` per segment when there
     are several: SUM-reduce them, then divide by the global counts to log means.
@@ -321,6 +340,8 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
         old_logp = logp.detach()
 
     pg, rho, clip_low, clip_high = clipped_surrogate(logp, old_logp, advantages, epsilon, epsilon_high)
+    if is_weight is not None:
+        pg = pg * is_weight.detach().to(pg.dtype)
     kl_tok = None
     if ref_logp is not None:
         with torch.set_grad_enabled(torch.is_grad_enabled() and weighted):  # beta 0: measured, not trained
