@@ -11,7 +11,7 @@ from pathlib import Path
 from distlab.errors import DistlabError, near_matches
 
 TRAIN_FLAGS = ["--gpus", "--procs", "--nodes", "--node-rank", "--master-addr", "--master-port", "--max-restarts",
-               "--rdzv-backend", "--force", "--config", "--show-config", "--dry-run"]
+               "--rdzv-backend", "--force", "--config", "--show-config", "--dry-run", "--smoke"]
 # legacy flags from the seed scripts, rewritten before parsing
 GLOBAL_ALIASES = {"--num_gpus": "--gpus", "--num-gpus": "--gpus", "--nproc": "--procs"}
 
@@ -82,7 +82,7 @@ def _split_unknown(extra: list[str]) -> list[str]:
 def cmd_train(a: argparse.Namespace, extra: list[str]) -> int:
     from distlab.launch import train
 
-    overrides = _split_unknown(extra)
+    overrides = _split_unknown(extra) + (["run.smoke=true"] if a.smoke else [])
     if a.show_config or a.dry_run:
         from distlab.config import to_yaml
         from distlab.launch import preflight, world_plan
@@ -149,6 +149,8 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
     t.add_argument("--config", action="append", default=[], help="preset name or YAML file (repeatable)")
     t.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
     t.add_argument("--dry-run", action="store_true", help="validate everything, print the config, start nothing")
+    t.add_argument("--smoke", action="store_true", help="a quick end-to-end check (run.smoke=true): the recipe's "
+                   "smoke settings cut steps and evaluation to a few seconds' worth; the run gets its own name")
     _add_launch_flags(t)
     t.set_defaults(func=cmd_train)
     e = sub.add_parser("eval", help="evaluate a run directory or checkpoint on all ranks")

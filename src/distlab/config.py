@@ -94,6 +94,7 @@ class RunConfig:
     resume: Resume = Resume.auto
     stop_at: int = 0  # checkpoint and exit once this step is reached (time-sliced jobs); 0 = off
     time_limit_s: float = 0.0  # end training (then evaluate) after this much wall time; 0 = off
+    smoke: bool = False  # a quick end-to-end check (--smoke): the recipe's smoke settings shrink steps and evaluation
 
 
 @dataclass
@@ -395,8 +396,45 @@ def resolve_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any
     """
     paths = [find_preset(p, recipe.presets_dir) for p in presets]
     cfg = to_object(compose(recipe.config, paths, overrides, getattr(recipe, "aliases", None)))
+    if getattr(cfg.run, "smoke", False):
+        for key, _, after in smoke_changes(recipe, cfg):
+            _set(cfg, key, after)
     check_values(recipe, cfg)
     return cfg
+
+
+def smoke_changes(recipe: Any, cfg: Any) -> list[tuple[str, Any, Any]]:
+    """``(key, value, smoke value)`` for each of ``Recipe.smoke`` that ``run.smoke=true`` changes in ``cfg``.
+
+    Like Lightning's ``fast_dev_run``, a smoke run checks that a config runs end to end (data, model, steps,
+    evaluation, checkpoint) in seconds, without the user working out which keys make each recipe short. The recipe's
+    values go on top of the user's, except that a positive number the user already set smaller is kept: a smoke run
+    only ever shrinks.
+    """
+    changes = []
+    for key, value in dict(getattr(recipe, "smoke", None) or {}).items():
+        try:
+            before = _get(cfg, key)
+        except AttributeError:
+            raise DistlabError(f"recipe {recipe.name}: its smoke setting {key!r} is not a config key; fix "
+                               f"Recipe.smoke in the recipe") from None
+        plain = _plain(before)
+        number = isinstance(plain, (int, float)) and not isinstance(plain, bool)
+        if plain == value or number and isinstance(value, (int, float)) and 0 < plain < value:
+            continue
+        changes.append((key, plain, value))
+    return changes
+
+
+def smoke_line(recipe: Any, presets: list[str], overrides: list[str]) -> str | None:
+    """The one log line of a smoke run, saying what ``run.smoke=true`` changed (None when it is off)."""
+    paths = [find_preset(p, recipe.presets_dir) for p in presets]
+    cfg = to_object(compose(recipe.config, paths, overrides, getattr(recipe, "aliases", None)))
+    if not getattr(cfg.run, "smoke", False):
+        return None
+    changed = ", ".join(f"{key} {before}->{after}" for key, before, after in smoke_changes(recipe, cfg))
+    return (f"run.smoke: a short check run ({changed or 'nothing to shrink: the config is already as small'}); "
+            f"leave out --smoke / run.smoke=true for the real run")
 
 
 # Core settings only some recipes act on; a recipe lists the ones it honours in ``Recipe.supports``

@@ -95,6 +95,9 @@ class Recipe:
     positive_keys: frozenset[str] = frozenset()
     # Leaf names of keys whose 0 means something other than "off", and what (named in the refusal of a negative)
     zero_means: Mapping[str, str] = field(default_factory=dict)
+    # run.smoke=true (``distlab train --smoke``): dotted key -> value put over the user's config so the run checks
+    # the whole pipeline in seconds: few steps and a small evaluation (a smaller positive number of the user's stays)
+    smoke: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _targets() -> dict[str, str]:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from distlab.config import finalize_config, resolve_config, to_object, to_yaml
+from distlab.config import finalize_config, resolve_config, smoke_line, to_object, to_yaml
 from distlab.dist import PeerLostError, init_runtime, shutdown
 from distlab.errors import DistlabError
 from distlab.logs import log_metrics_table, setup_logging
@@ -94,6 +94,9 @@ def start_session(recipe: Recipe, presets: list[str], overrides: list[str], eval
                                     (rt.rank, os.getpid(), os.uname().nodename), None))
     if rt.is_main:
         log.info("run %s: %s x %d (%s), dir %s", cfg.run.name, rt.device.type, rt.world_size, rt.launcher, run_dir)
+        smoke = smoke_line(recipe, presets, overrides) if eval_output is None else None
+        if smoke:
+            log.info("%s", smoke)
     ckpt_root = checkpoints_dir(Path(cfg.run.dir) / cfg.run.name)
     return Session(cfg, rt, recipe.name, run_dir, payload[1], ckpt_root=ckpt_root, eval_mode=eval_output is not None)
 

@@ -170,4 +170,5 @@ RECIPE = Recipe(name="multitoy", config=MultiToyConfig, train=train, batch_keys=
                 lr_keys=("lr",), model_spec=model_spec, report_metrics=("pi_loss", "v_loss"),
                 supports=frozenset({"dist.wrap", "dist.compile"}),
                 positive_keys=frozenset({"steps", "lr", "critic_lr", "global_batch_size", "num_examples", "dim",
-                                         "actions"}))
+                                         "actions"}),
+                smoke={"steps": 3, "num_examples": 64, "log.every": 1})

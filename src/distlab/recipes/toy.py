@@ -240,4 +240,5 @@ RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_b
                                     "dist.activation_checkpointing", "dist.comm_hook", "dist.auto_micro_batch",
                                     "optim.state_dtype"}),
                 positive_keys=frozenset({"steps", "lr", "global_batch_size", "num_examples", "seq_len", "vocab",
-                                         "d_model", "n_layers", "n_heads"}))
+                                         "d_model", "n_layers", "n_heads"}),
+                smoke={"steps": 3, "warmup_steps": 1, "num_examples": 256, "eval_examples": 64, "log.every": 1})

@@ -144,4 +144,7 @@ RECIPE = Recipe(name="hrm", config=HRMConfig, train=train, presets_dir=PRESETS,
                                     "log.profile_steps", "dist.activation_checkpointing", "dist.comm_hook",
                                     "dist.auto_micro_batch", "optim.state_dtype"}),
                 positive_keys=frozenset({"steps", "epochs", "lr", "global_batch_size", "hidden_size", "train_size",
-                                         "test_size", "workers", "samples"}))
+                                         "test_size", "workers", "samples"}),
+                # the dataset is kept (its size names the built files); steps=2 replaces steps=0 (derived from epochs)
+                smoke={"steps": 2, "data.eval_limit": 32, "data.interim_eval_limit": 32, "eval.samples": 1,
+                       "log.every": 1})

@@ -72,6 +72,12 @@ class EvalConfig:
     completions: int = 4  # completions kept per problem in the evaluation files (greedy first, then samples); 0 = none
 
 
+# run.smoke=true for both LM recipes (Recipe.smoke): two steps, a small task set and an evaluation of a few
+# greedy completions, so a smoke run of a real model is minutes on a CPU, not the hours of a base evaluation
+LM_SMOKE = {"steps": 2, "task.train_size": 16, "task.eval_size": 8, "evaluation.samples": 1, "evaluation.ks": "1",
+            "evaluation.eval_interval_steps": 0, "log.every": 1}
+
+
 # Leaf names of the LM settings that count or scale something: 0 or less is refused before launch (the core's
 # rule for keys whose default is above 0; see ``Recipe.positive_keys``).
 LM_ZERO_MEANS = {"chunk_prompts": "a training step's rows per call"}  # Recipe.zero_means of the LM recipes

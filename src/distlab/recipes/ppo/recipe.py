@@ -128,4 +128,6 @@ RECIPE = Recipe(name="ppo", config=PPORecipeConfig, train=train, lr_keys=("lr",)
                 positive_keys=frozenset({"lr", "total_timesteps", "num_envs", "num_steps", "num_minibatches",
                                          "update_epochs", "hidden_size"}),
                 aliases={"--num_episodes": "num_episodes", "--batch_size": "num_steps", "--num-episodes": "num_episodes",
-                         "--batch-size": "num_steps"})
+                         "--batch-size": "num_steps"},
+                # two updates of the default 4 envs on one rank (PPO has no evaluation phase: a backtest is separate)
+                smoke={"total_timesteps": 256, "num_steps": 32, "log.every": 1})

@@ -23,7 +23,7 @@ from distlab.errors import DistlabError
 from distlab.placement import wrap_of
 from distlab.recipe import ModelSpec, Recipe
 from distlab.recipes.lm.export import FORMATS as EXPORT_FORMATS
-from distlab.recipes.lm.settings import LM_POSITIVE_KEYS, LM_ZERO_MEANS
+from distlab.recipes.lm.settings import LM_POSITIVE_KEYS, LM_SMOKE, LM_ZERO_MEANS
 from distlab.recipes.score.config import (MODEL_NAMES, ScoreConfig, beta2_of, effective_models, guidance_config,
                                           used_models)
 
@@ -159,7 +159,7 @@ RECIPE = Recipe(name="score", config=ScoreConfig, train=train, presets_dir=PRESE
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 export=export, export_formats=EXPORT_FORMATS,
                 report_metrics=("acc_t1", "acc_t2", "delta_t1_t2"),
-                zero_means=LM_ZERO_MEANS,
+                zero_means=LM_ZERO_MEANS, smoke=LM_SMOKE,
                 positive_keys=LM_POSITIVE_KEYS | {"critic_lr", "guidance_lr", "critic_updates", "critic_hidden",
                                                   "guidance_every", "hint_max_tokens", "sft_pack", "sft_batch_size"},
                 supports=frozenset({"dist.cpu_offload", "run.time_limit_s", "dist.wrap", "dist.compile",
