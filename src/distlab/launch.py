@@ -122,10 +122,21 @@ def preflight(recipe_name: str, presets: list[str], overrides: list[str], world_
     if show_only:
         return recipe, cfg
     check_run_dir(cfg.run.dir, cfg.run.name)
-    check_config(cfg, procs_per_node or world_size, None if any_machine else _visible_gpus())
+    gpus = None if any_machine else _visible_gpus()
+    check_config(cfg, procs_per_node or world_size, gpus)
+    if gpus is not None:
+        check_device(cfg.dist.device, gpus)
     if recipe.validate is not None:
         recipe.validate(cfg, world_size)
     return recipe, cfg
+
+
+def check_device(device: str, visible_gpus: int) -> None:
+    """``dist.device=cuda`` on a machine without a visible GPU, refused here: each rank refuses it too, but only
+    once it runs, after the run directory exists."""
+    if device == "cuda" and visible_gpus == 0:
+        raise DistlabError("dist.device=cuda but no CUDA device is visible on this machine; use dist.device=cpu (or "
+                           "auto), or check CUDA_VISIBLE_DEVICES and the driver (distlab doctor shows what it sees)")
 
 
 def _visible_gpus() -> int:

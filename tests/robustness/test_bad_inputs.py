@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from distlab.cli import main
 
@@ -316,8 +317,16 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("hrm-eval-samples-neg", ["train", "hrm", "eval.samples=-1"], ["eval.samples=-1", "greater than 0"]),
     ("hrm-eval-samples-huge", ["train", "hrm", "eval.samples=100000"], ["eval.samples=100000", "at most 1024"]),
     ("grpo-nan-answer", ["train", "grpo", "task.train=nan_answer.jsonl"], ["nan_answer.jsonl:2", "'answer' is NaN"]),
+    # --- issue 45: checks that ran inside the rank, after the run directory existed
+    ("toy-dmodel-heads", TOY + ["d_model=30", "n_heads=4", "--force"],
+     ["d_model=30 is not divisible by n_heads=4", "use d_model=28"]),
+    ("ppo-env-typo", ["train", "ppo", "env=CartPol-v1"], ["env=CartPol-v1", "did you mean env=CartPole-v1"]),
+    ("ppo-env-unknown", ["train", "ppo", "env=NoSuchEnv-v9"], ["env=NoSuchEnv-v9", "registered gymnasium id"]),
     ("sandbox-missing", ["sandbox", "run", "nope.py", "--tests", "nope_tests.py"], ["nope.py"]),
 ]
+if not torch.cuda.is_available():  # on a GPU machine dist.device=cuda is a valid request
+    ROWS += [("toy-cuda-without-gpu", TOY + ["dist.device=cuda"], ["dist.device=cuda", "no cuda device", "dist.device=cpu"]),
+             ("grpo-cuda-without-gpu", ["train", "grpo", "dist.device=cuda"], ["dist.device=cuda", "dist.device=cpu"])]
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int]]:

@@ -228,7 +228,13 @@ def model_spec(cfg: ToyConfig):
 
 
 def validate(cfg: ToyConfig, world_size: int) -> None:
+    """Checks before any process starts; the model's own shape check would otherwise fire inside the rank, after
+    the run directory exists."""
     check_divisible(cfg.global_batch_size, world_size, cfg.dist.grad_accum)
+    if cfg.n_heads > 0 and cfg.d_model % cfg.n_heads:
+        fit = cfg.d_model - cfg.d_model % cfg.n_heads or cfg.n_heads
+        raise DistlabError(f"d_model={cfg.d_model} is not divisible by n_heads={cfg.n_heads} (each head gets "
+                           f"d_model/n_heads dimensions); use d_model={fit} or an n_heads that divides it")
 
 
 RECIPE = Recipe(name="toy", config=ToyConfig, train=train, batch_keys=("global_batch_size",), lr_keys=("lr",),

@@ -69,11 +69,14 @@ def _thunk(env_id: str, seed: int, mask_velocity: bool, mask_indices: list[int] 
     return make
 
 
-def _check_id(env_id: str) -> None:
+def check_env_id(env_id: str) -> None:
+    """Refuse an id Gymnasium does not know, with the nearest registered one: checked in ``validate`` so the
+    refusal comes before any rank starts or a run directory exists, not when the first rank builds its envs."""
     if env_id != "trading" and env_id not in gym.registry:
         hint = near_matches(env_id, list(gym.registry) + ["trading"])
-        raise DistlabError(f"unknown environment id {env_id!r}" + (f"; did you mean {hint}?" if hint else
-                                                                  ": use a registered Gymnasium id or 'trading'"))
+        raise DistlabError(f"env={env_id}: unknown environment id" + (f"; did you mean env={hint[0]}?" if hint else
+                                                                     "; use a registered Gymnasium id (e.g. "
+                                                                     "env=CartPole-v1) or env=trading"))
 
 
 def check_env_impl(env_impl: str, asynchronous: bool = False, mask_velocity: bool = False) -> None:
@@ -130,7 +133,7 @@ def make_vec_env(env_id: str, num_envs: int, seed: int, asynchronous: bool = Fal
     """
     if num_envs < 1:
         raise DistlabError(f"num_envs={num_envs}: need at least one environment")
-    _check_id(env_id)
+    check_env_id(env_id)
     market = None
     if env_id == "trading":
         check_env_impl(env_impl)

@@ -15,7 +15,7 @@ from distlab.recipes.ppo.algo import PPOHooks
 from distlab.recipes.ppo.algo import train as ppo_train
 from distlab.recipes.ppo.backtest_cli import register_commands
 from distlab.recipes.ppo.config import PPORecipeConfig, to_algo_config
-from distlab.recipes.ppo.envs import check_env_impl
+from distlab.recipes.ppo.envs import check_env_id, check_env_impl
 from distlab.recipes.ppo.trading import check_market_files
 
 __all__ = ["RECIPE", "PPORecipeConfig", "to_algo_config", "train", "validate"]
@@ -109,6 +109,7 @@ class _GeneratorState:
 def validate(cfg: PPORecipeConfig, world_size: int) -> None:
     if cfg.policy not in ("mlp", "lstm", "clstm"):
         raise DistlabError(f"policy={cfg.policy!r} is not one of mlp, lstm, clstm")
+    check_env_id(cfg.env)
     trading = cfg.env == "trading"
     check_env_impl(cfg.env_impl, cfg.async_envs and trading, cfg.mask_velocity and trading)
     if trading:
