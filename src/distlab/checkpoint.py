@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.checkpoint.api import CheckpointException
 
 from distlab.atomic import atomic_path, atomic_write_json
@@ -40,6 +40,9 @@ log = logging.getLogger("distlab")
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 STEP_DIR = re.compile(r"^step(\d{8})$")
 MANIFEST = "MANIFEST.json"
+# The attribute a loader sets on a model whose frozen parameters it can rebuild (a LoRA model: its base's source
+# and seed); Session.track_model reads it, so such a model's checkpoints hold only what trains.
+FROZEN_BASE_ATTR = "distlab_frozen_base"
 
 
 CHUNK = 64 << 20  # files are hashed in 64 MiB pieces, in parallel threads (hashlib releases the GIL)
@@ -117,6 +120,16 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+WRAPPER_PREFIXES = frozenset({"module", "_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module"})
+
+
+def trainable_fqns(model: torch.nn.Module) -> set[str]:
+    """The state-dict names of ``model``'s trainable parameters, without the DDP/compile/checkpoint wrappers' name
+    parts (as DCP's state-dict helpers write them); every alias of a tied parameter is listed."""
+    return {".".join(part for part in n.split(".") if part not in WRAPPER_PREFIXES)
+            for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+
+
 class TrainState:
     """Everything a run must get back on resume, registered once by the recipe.
 
@@ -125,19 +138,35 @@ class TrainState:
     saved into the same DCP checkpoint, where identical copies are written once and read back on any
     world size. Per-rank objects (a recurrent carry, environment states) and RNG streams go into one
     file per rank and come back only when the world size is unchanged, where rank r still owns the
-    same slice of the data. Frozen models are never registered: they are rebuilt from their source.
+    same slice of the data. Frozen models are never registered: they are rebuilt from their source. A model
+    registered with ``frozen_base`` (a LoRA policy) is saved without its frozen parameters for the same reason:
+    only what trains (the adapters) and its optimizer state go into the checkpoint, and restore reads them onto
+    the base the run rebuilt, which must be the one ``frozen_base`` names.
     """
 
     def __init__(self) -> None:
         self.models: dict[str, tuple[torch.nn.Module, list[torch.optim.Optimizer]]] = {}
+        self.frozen_bases: dict[str, str] = {}  # model name -> its frozen base, for models saved without it
         self.replicated: dict[str, Any] = {}
         self.per_rank: dict[str, Any] = {}
         self.optional: set[str] = set()  # replicated objects a checkpoint may lack (they then start fresh)
         self.counters: dict[str, Any] = {"step": 0}
 
-    def add_model(self, name: str, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> None:
+    def add_model(self, name: str, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
+                  frozen_base: str | None = None) -> None:
+        """``frozen_base``: where the model's frozen parameters come from (e.g. ``"tiny:llama-2l seed=3"``);
+        given, checkpoints hold only its trainable parameters, and a restore over another base is refused."""
         self._check_new(name)
         self.models[name] = (model, list(optimizers))
+        if frozen_base is not None:
+            self.frozen_bases[name] = frozen_base
+
+    def _options(self, name: str, load: bool = False) -> StateDictOptions | None:
+        """Trainable parameters only for a model with a frozen base; ``strict=False`` on load, as the frozen
+        keys are absent by design (DCP's load already fails on any trainable key the checkpoint lacks)."""
+        if name not in self.frozen_bases:
+            return None
+        return StateDictOptions(ignore_frozen_params=True, strict=not load)
 
     def add(self, name: str, obj: Any, per_rank: bool = False, optional: bool = False) -> None:
         """``optional``: a checkpoint written without this object (e.g. the fp16 loss scaler, by a run that
@@ -156,7 +185,10 @@ class TrainState:
     def dcp_state(self, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
         state: dict[str, Any] = {"models": {}, "optim": {}, "objects": {}}
         for name, (model, opts) in self.models.items():
-            state["models"][name], state["optim"][name] = get_state_dict(model, opts)
+            state["models"][name], state["optim"][name] = get_state_dict(model, opts, options=self._options(name))
+            if name in self.frozen_bases:  # DCP keeps a frozen tied alias (a tied LM head): drop it too
+                keep = trainable_fqns(model)
+                state["models"][name] = {k: v for k, v in state["models"][name].items() if k in keep}
         for name, obj in self.replicated.items():
             if name not in skip:
                 state["objects"][name] = obj.state_dict()
@@ -165,7 +197,7 @@ class TrainState:
     def load_dcp_state(self, state: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
         for name, (model, opts) in self.models.items():
             set_state_dict(model, opts, model_state_dict=state["models"][name],
-                           optim_state_dict=state["optim"][name])
+                           optim_state_dict=state["optim"][name], options=self._options(name, load=True))
         for name, obj in self.replicated.items():
             if name not in skip:
                 obj.load_state_dict(state["objects"][name])
@@ -375,6 +407,7 @@ class CheckpointManager:
         if self.rt.is_main:
             info = dict(meta or {}, **state.counters, world_size=self.rt.world_size,
                         models=sorted(state.models), objects=sorted(state.replicated),
+                        frozen_bases=dict(sorted(state.frozen_bases.items())),
                         per_rank=sorted(state.per_rank))
             atomic_write_json(tmp / "extra.json", info)
         dcp_state = state.dcp_state()
@@ -432,6 +465,7 @@ class CheckpointManager:
         if missing:
             raise DistlabError(f"checkpoint {ckpt} holds no model {missing[0]!r} (it has {meta.get('models')}); "
                                f"was it written by another recipe or config?")
+        _check_frozen_bases(ckpt, meta.get("frozen_bases", {}), state.frozen_bases)
         absent = frozenset(n for n in state.optional if n in state.replicated and n not in meta.get("objects", ()))
         if absent:
             log.warning("checkpoint %s holds no %s (written without it): starting it fresh", ckpt.name,
@@ -458,6 +492,20 @@ class CheckpointManager:
         return meta
 
 
+def _check_frozen_bases(ckpt: Path, saved: dict[str, str], now: dict[str, str]) -> None:
+    """A checkpoint without a model's frozen weights only means something over the base it trained on: refuse in
+    one line a restore over another base, or into a model that trains every weight (the frozen keys are missing).
+    A full checkpoint may still be read into a model with a frozen base (only its trainable keys are read)."""
+    for name, base in saved.items():
+        if name not in now:
+            raise DistlabError(f"checkpoint {ckpt} holds only the trainable (LoRA adapter) weights of {name!r}, "
+                               f"over base {base!r}, but this run trains every weight of it; resume with the run's "
+                               f"model.lora_r")
+        if now[name] != base:
+            raise DistlabError(f"checkpoint {ckpt} holds {name!r}'s LoRA adapters trained over base {base!r}, but "
+                               f"this run built {now[name]!r}; resume with the run's model.source and run.seed")
+
+
 def load_model_weights(model: torch.nn.Module, ckpt: Path, prefer: str | None = None) -> str:
     """Read one model's weights from a checkpoint into ``model``, on one process without a process group.
 
@@ -473,9 +521,17 @@ def load_model_weights(model: torch.nn.Module, ckpt: Path, prefer: str | None = 
         model.load_state_dict(state["model"])
         return "model"
     name = prefer if prefer in names else names[0]
-    state = {"models": {name: model.state_dict()}}
+    base = json.loads((Path(ckpt) / "extra.json").read_text()).get("frozen_bases", {}).get(name)
+    weights = model.state_dict()
+    if base is not None:  # adapters only: the frozen weights are the caller's freshly built base
+        trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+        if not trainable:
+            raise DistlabError(f"checkpoint {ckpt} holds only the LoRA adapters of {name!r} (over base {base!r}); "
+                               f"build the model with the run's model.lora_r to read them")
+        weights = {k: v for k, v in weights.items() if k in trainable}
+    state = {"models": {name: weights}}
     dcp.load(state, checkpoint_id=str(ckpt))
-    model.load_state_dict(state["models"][name])
+    model.load_state_dict(state["models"][name], strict=base is None)
     return name
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from distlab.amp import MixedPrecision
 from distlab.atomic import atomic_write_json
-from distlab.checkpoint import CheckpointManager, TrainState
+from distlab.checkpoint import FROZEN_BASE_ATTR, CheckpointManager, TrainState
 from distlab.config import BaseConfig, Resume, to_yaml
 from distlab.dist import Runtime
 from distlab.errors import DistlabError
@@ -28,7 +28,7 @@ from distlab.memory_snapshot import MemorySnapshot
 from distlab.profiling import StepProfiler
 from distlab.rundir import checkpoints_dir, update_manifest
 from distlab.run_report import closing_report
-from distlab.wrap import autocast, no_sync, set_fast_math, wrap_model
+from distlab.wrap import autocast, no_sync, set_fast_math, unwrap, wrap_model
 
 log = logging.getLogger("distlab")
 
@@ -183,13 +183,14 @@ class Session:
         """Register a trainable model and its optimizers for every checkpoint (frozen models: never).
 
         Training whose host-resident gradients and optimizer states cannot fit in free memory is refused here,
-        before the first step allocates them and the kernel kills the process without a word.
+        before the first step allocates them and the kernel kills the process without a word. A model whose
+        loader named its frozen base (``FROZEN_BASE_ATTR``: a LoRA policy) is checkpointed without that base.
         """
         from distlab.hostmem import available_bytes, check_room, host_training_bytes
 
         check_room(name, host_training_bytes(list(optimizers), self.cfg.optim.state_dtype), self.rt.local_world_size,
                    available_bytes())
-        self.state.add_model(name, model, list(optimizers))
+        self.state.add_model(name, model, list(optimizers), frozen_base=getattr(unwrap(model), FROZEN_BASE_ATTR, None))
 
     def track(self, name: str, obj: Any, per_rank: bool = False) -> None:
         """Register anything with ``state_dict``/``load_state_dict`` (EMA, sampler, schedule, carry).

@@ -232,7 +232,11 @@ def load_causal_lm(
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     if lora_r > 0:
+        from distlab.checkpoint import FROZEN_BASE_ATTR
+
         model = apply_lora(model, r=lora_r, alpha=lora_alpha, dropout=lora_dropout)
+        # the frozen base is this source (and seed, for the models built in memory): checkpoints keep the adapters
+        setattr(model, FROZEN_BASE_ATTR, f"{source} seed={seed}" if resolved.kind in ("tiny", "random") else source)
     return model, tok
 
 
