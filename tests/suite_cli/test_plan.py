@@ -137,3 +137,23 @@ def test_report_of_a_missing_results_folder_says_what_to_do(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     assert main(["suite", "report", "hierarchical"]) == 2
     assert "run the suite first" in capsys.readouterr().err
+
+
+def test_force_reaches_every_run_of_a_suite(tmp_path, monkeypatch, capsys):
+    """``suite run --force`` (and ``--create-slurm --force``) hands train's override of the doctor's memory refusal
+    to every run; without it no run gets it."""
+    monkeypatch.chdir(tmp_path)
+    base = ["suite", "run", "hierarchical", "--smoke", "--seeds", "2", "--dry-run", "--procs", "1"]
+    assert main(base) == 0
+    plain = _commands(capsys.readouterr().out)
+    assert main([*base, "--force"]) == 0
+    forced = _commands(capsys.readouterr().out)
+    assert len(forced) == len(plain) == 10
+    assert not any("--force" in c for c in plain)
+    for p, f in zip(plain, forced):  # the launch flags gain --force, before the overrides; nothing else changes
+        assert f[:5] == ["train", "hrm", "--procs", "1", "--force"] and f[:4] + f[5:] == p
+    assert not any(tmp_path.iterdir()), "a dry run must not write anything"
+    assert main(["suite", "run", "hierarchical", "--smoke", "--seeds", "1", "--create-slurm", "--gpus-per-node", "0",
+                 "--out", "sl", "--force"]) == 0
+    scripts = list((tmp_path / "sl").glob("*.sbatch"))
+    assert scripts and all("train hrm --procs 1 --force " in s.read_text() for s in scripts)

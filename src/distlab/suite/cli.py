@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 # tuned for one device, so N devices run a global batch N times larger with lr * sqrt(N)
 SCALE_DEFAULTS = {"scale.batch": "linear", "scale.lr": "sqrt"}
 RUN_FLAGS = ["--seeds", "--gpus", "--procs", "--parallel", "--smoke", "--scale", "--dry-run", "--root", "--logs",
-             "--no-report", "--create-slurm", "--test"]
+             "--no-report", "--create-slurm", "--test", "--force"]
 SLURM_FLAGS = ["--out", "--gpus-per-node", "--nodes", "--cpus-per-task", "--mem", "--cpus-per-gpu", "--mem-per-gpu",
                "--setup", "--time", "--partition", "--account", "--python", "--signal-s"]
 # defaults of the SLURM options; 'suite run' parses them as None so that one given without --create-slurm is seen
@@ -82,6 +82,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     size.add_argument("--smoke", action="store_const", dest="scale", const="smoke",
                       help="tiny settings from the suite's smoke blocks (CPU); same as --scale smoke")
     p.add_argument("--root", default="experiment_results", help="results root (default experiment_results)")
+    p.add_argument("--force", action="store_true", help="start every run even where the doctor's memory estimate "
+                   "says it cannot fit (passed to each 'distlab train')")
 
 
 def _add_slurm_options(p, unset: bool = False) -> None:
@@ -189,12 +191,13 @@ def cmd_slurm(a: argparse.Namespace, extra: list[str]) -> int:
     from distlab.slurm import per_gpu
     from distlab.suite.slurm import scale_line, write_slurm_scripts
 
-    suite = _load(a.suite, extra, ["--procs", *SLURM_FLAGS, "--seeds", "--smoke", "--scale", "--root"])
+    suite = _load(a.suite, extra, ["--procs", *SLURM_FLAGS, "--seeds", "--smoke", "--scale", "--root", "--force"])
     _check_runs(suite, a.seeds, a.scale, a.root)
     bundle = write_slurm_scripts(suite, a.out, gpus_per_node=a.gpus_per_node, nodes=a.nodes,
                                  cpus_per_task=a.cpus_per_task, mem=a.mem, time=a.time, seeds=a.seeds,
                                  partition=a.partition, account=a.account, scale=a.scale, python=a.python,
-                                 signal_s=a.signal_s, procs_per_node=a.procs, results_root=a.root, **per_gpu(a))
+                                 signal_s=a.signal_s, procs_per_node=a.procs, results_root=a.root, force=a.force,
+                                 **per_gpu(a))
     runs = len(suite.runs(a.seeds, scale=a.scale, root=a.root))
     print(f"wrote {len(bundle.scripts)} job arrays ({runs} runs) for suite {suite.name} to {Path(a.out)}")
     print(f"  {scale_line(suite, a.scale)}")
@@ -279,7 +282,7 @@ def cmd_run(a: argparse.Namespace, extra: list[str]) -> int:
     suite = _load(a.suite, extra, [*RUN_FLAGS, *SLURM_FLAGS])
     _check_runs(suite, a.seeds, a.scale, a.root)
     slots = device_slots(a.gpus, a.procs, a.parallel, visible_gpus() if a.procs is None else [])
-    jobs = plan(suite, a.seeds, a.scale, Path(a.root), Path(a.logs), slots)
+    jobs = plan(suite, a.seeds, a.scale, Path(a.root), Path(a.logs), slots, force=a.force)
     if a.dry_run:
         print_plan(suite, jobs, slots, sys.stdout)
         return 0

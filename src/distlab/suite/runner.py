@@ -144,9 +144,11 @@ def device_slots(gpus: int | None, procs: int | None, parallel: int, visible: Se
 
 
 def plan(suite: Suite, seeds: int | list[int], scale: str | None, root: Path, logs: Path,
-         slots: Sequence[Slot]) -> list[Job]:
-    """Every experiment x seed as a command; launcher flags come first, the run's overrides after."""
-    flags = list(slots[0].flags)
+         slots: Sequence[Slot], force: bool = False) -> list[Job]:
+    """Every experiment x seed as a command; launcher flags come first, the run's overrides after. ``force``
+    (``suite run --force``) is passed to each ``train``, whose doctor memory check would otherwise refuse, in its
+    log, every run it says cannot fit."""
+    flags = [*slots[0].flags, *(["--force"] if force else [])]
     jobs = []
     for spec in suite.runs(seeds, scale=scale, root=root):
         argv = [sys.executable, "-m", "distlab.cli", "train", suite.recipe, *flags, *spec.overrides]

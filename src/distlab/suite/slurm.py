@@ -9,11 +9,12 @@ the trainer resumes from the newest checkpoint in its ``run.dir``.
 
 from __future__ import annotations
 
+
 import os
 import re
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from distlab.errors import DistlabError
@@ -67,15 +68,18 @@ def write_slurm_scripts(suite: Suite, out_dir: str | os.PathLike, *, gpus_per_no
                         requeue: bool = True, signal_s: int = 120, procs_per_node: int | None = None,
                         results_root: str = "experiment_results", workdir: str | None = None,
                         setup: Sequence[str] = (), cpus_per_gpu: int = CPUS_PER_GPU,
-                        mem_per_gpu: str = MEM_PER_GPU) -> SlurmBundle:
+                        mem_per_gpu: str = MEM_PER_GPU, force: bool = False) -> SlurmBundle:
     """One ``<experiment>.sbatch`` per experiment (seeds = array tasks) and an executable ``submit_all.sh``.
 
     Jobs run in the directory ``submit_all.sh`` is called from (or ``workdir``), where ``run.dir`` paths
     (``<results_root>/<suite>/<exp>/seed<k>``) are created. GPU nodes run ``distlab train ... --gpus N`` (NCCL),
     CPU nodes ``--procs N`` (gloo); several nodes start one such launcher per node through ``srun``
-    (:func:`launch_plan`). ``cpus_per_task``/``mem`` default to per-GPU (per-process on CPU) amounts.
+    (:func:`launch_plan`). ``cpus_per_task``/``mem`` default to per-GPU (per-process on CPU) amounts. ``force``
+    adds ``--force`` to every ``train``: the doctor's memory check runs on the node and would refuse there.
     """
     plan = launch_plan(python, nodes, gpus_per_node, procs_per_node)
+    if force:
+        plan = replace(plan, flags=(*plan.flags, "--force"))
     cpus, mem = node_resources(gpus_per_node, plan.procs, cpus_per_task, mem, cpus_per_gpu, mem_per_gpu)
     _validate(gpus_per_node, nodes, cpus, mem, time, signal_s)
     check_setup(setup)
