@@ -42,8 +42,10 @@ def test_a_narrow_policy_dtype_adds_its_sampling_copy_and_keeps_activations_in_t
     assert fp32["policy"].activation_bytes_per_example > plain["policy"].activation_bytes_per_example
     assert "policy (sampling copy)" not in {s.name for s in _specs("models.policy.dtype=bf16",
                                                                      "models.policy.wrap=fsdp")}  # FSDP2: gathered
-    # LoRA trains fp32 adapters, so its policy is sampled from a bf16 copy too, as models.SamplingCopy does
-    assert "policy (sampling copy)" in {s.name for s in _specs("models.policy.dtype=bf16", "model.lora_r=8")}
+    # LoRA trains fp32 adapters, so its policy is sampled from a bf16 copy too, as models.SamplingCopy does: a copy
+    # of the adapters alone, the frozen base shared
+    lora = {s.name: s for s in _specs("models.policy.dtype=bf16", "model.lora_r=8")}
+    assert lora["policy (sampling copy)"].params == lora["policy"].trainable_params < plain["policy"].params / 50
 
 
 def _seq(*overrides):

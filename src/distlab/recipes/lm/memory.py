@@ -168,6 +168,8 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
                                placement=home, wrap=wrap))
         if samples_from_a_copy(settings.trainable, width < 4, wrap == "fsdp"):
             where = settings.placement if str(settings.placement).startswith("cuda") else "device"
-            specs.append(ModelSpec(f"{name} (sampling copy)", s["params"], trainable_params=0,
+            # under LoRA the copy holds only the adapters; it shares the frozen base (models.SamplingCopy)
+            copied = trainable if settings.trainable and cfg.model.lora_r > 0 else s["params"]
+            specs.append(ModelSpec(f"{name} (sampling copy)", copied, trainable_params=0,
                                    param_dtype_bytes=width, placement=where, optimizer="none"))
     return specs

@@ -74,6 +74,10 @@ class SamplingCopy:
     when ``models.<name>.dtype`` is narrower than fp32 the sampler gets its own copy in that dtype, the width the
     model was sampled at before; :meth:`refresh` copies the trained weights in place (the compiled decode step's
     CUDA graph holds the copy's tensor addresses). FSDP2-sharded models are sampled from directly (gathered).
+
+    Only what trains is copied: frozen parameters already in ``dtype`` (a LoRA model's whole base) are the same
+    tensors in both modules, so under LoRA the copy costs the adapters' bytes, not a second base, and generation
+    runs peft's forward (base output plus the adapters' low-rank term) with nothing merged.
     """
 
     def __init__(self, model: nn.Module, dtype: torch.dtype) -> None:
@@ -81,7 +85,9 @@ class SamplingCopy:
         sharded = any(hasattr(m, "unshard") for m in model.modules())
         trains = any(p.requires_grad for p in self.source.parameters())  # a frozen model is in its own dtype
         if samples_from_a_copy(trains, dtype != torch.float32, sharded):
-            self.module = copy.deepcopy(self.source).to(dtype).requires_grad_(False).eval()
+            # deepcopy's memo maps a parameter to itself: it is shared, not copied (and .to(dtype) leaves it as is)
+            shared = {id(p): p for p in self.source.parameters() if not p.requires_grad and p.dtype == dtype}
+            self.module = copy.deepcopy(self.source, shared).to(dtype).requires_grad_(False).eval()
         else:
             self.module = self.source
 
@@ -94,4 +100,5 @@ class SamplingCopy:
         """Copy the trained weights into the sampling copy (after an optimizer step, a restore or a warm-up)."""
         if self.is_copy:
             for dst, src in zip(self.module.parameters(), self.source.parameters()):
-                dst.copy_(src)
+                if dst is not src:  # a shared frozen parameter is already the source's
+                    dst.copy_(src)

@@ -1,0 +1,92 @@
+"""The sampler under LoRA (issue 49 item 3): generation reads the adapters in place through peft's forward, from a
+sampling copy that holds only the adapters (in the sampling dtype) and shares the frozen base with the trained
+model, so a step makes no second copy of the base, merges nothing, and samples exactly what a full copy would."""
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("peft", reason="LoRA needs the llm extra: pip install -e '.[llm]'")
+
+PROMPTS = ["def add(a, b):\n    return", "x = 3\ny ="]
+
+
+@pytest.fixture()
+def lora_policy():
+    """A bf16 tiny model with rank-4 adapters held in fp32 as training holds them, moved off their zero start."""
+    from distlab.placement import keep_trained_weights_fp32
+    from distlab.recipes.lm.model_source import load_causal_lm
+
+    model, tok = load_causal_lm("tiny:llama-4l", dtype=torch.bfloat16, lora_r=4, seed=0)
+    keep_trained_weights_fp32(model)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    return model, tok
+
+
+def _logits(model, tok) -> torch.Tensor:
+    batch = tok(PROMPTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+def _greedy(model, tok) -> list[str]:
+    from distlab.recipes.lm.generate import generate
+
+    return [c.text for c in generate(model, tok, PROMPTS, max_new_tokens=8, temperature=0.0, compile=False)]
+
+
+def _bytes(params) -> int:
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+def test_the_sampling_copy_of_a_lora_model_holds_the_adapters_only(lora_policy):
+    from distlab.recipes.lm.models import SamplingCopy
+
+    model, _ = lora_policy
+    sampling = SamplingCopy(model, torch.bfloat16)
+    assert sampling.is_copy
+    source = {id(p) for p in model.parameters()}
+    own = [(n, p) for n, p in sampling.module.named_parameters() if id(p) not in source]
+    assert own and all(".lora_" in n for n, _ in own)
+    assert {p.dtype for _, p in own} == {torch.bfloat16}
+    adapters = [p for p in model.parameters() if p.requires_grad]
+    assert _bytes(p for _, p in own) == _bytes(adapters) // 2  # fp32 adapters copied once, in bf16
+    whole = _bytes(sampling.module.parameters())
+    assert _bytes(p for _, p in own) < 0.1 * whole  # a full copy would add `whole` bytes
+    shared = {n for n, p in sampling.module.named_parameters() if id(p) in source}
+    assert shared == {n for n, p in model.named_parameters() if not p.requires_grad}
+
+
+def test_sampling_from_it_equals_sampling_from_a_full_copy_and_merges_nothing(lora_policy):
+    from distlab.recipes.lm.models import SamplingCopy
+
+    model, tok = lora_policy
+    base = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    sampling = SamplingCopy(model, torch.bfloat16)
+    full = copy.deepcopy(model).to(torch.bfloat16).eval()  # what the sampler held before: the whole model again
+    assert torch.equal(_logits(sampling.module, tok), _logits(full, tok))
+    assert _greedy(sampling.module, tok) == _greedy(full, tok)
+    assert not any(getattr(m, "merged", False) for m in sampling.module.modules())
+    assert all(torch.equal(p, base[n]) for n, p in model.named_parameters() if not p.requires_grad)
+
+
+def test_refresh_after_an_adapter_step_follows_the_trained_adapters(lora_policy):
+    from distlab.recipes.lm.models import SamplingCopy
+
+    model, tok = lora_policy
+    sampling = SamplingCopy(model, torch.bfloat16)
+    before = _logits(sampling.module, tok)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    batch = tok(PROMPTS, return_tensors="pt", padding=True)
+    model(**batch).logits.float().pow(2).mean().backward()
+    opt.step()
+    assert torch.equal(_logits(sampling.module, tok), before)  # not refreshed yet: still the old adapters
+    sampling.refresh()
+    after = _logits(sampling.module, tok)
+    assert not torch.equal(after, before)
+    assert torch.equal(after, _logits(copy.deepcopy(model).to(torch.bfloat16).eval(), tok))
