@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from distlab.choices import Choice
+from distlab.errors import DistlabError
 from distlab.placement import ModelSettings
 from distlab.recipes.lm.settings import LMRecipeConfig
 
@@ -35,6 +36,12 @@ class GuidanceBaseline(Choice):
     group = "group"  # with all the prompt's hints (before 2026-11-27)
 
 
+class Arm(Choice):
+    score = "score"  # SCoRe's objective: the stage schedule, alpha and gamma below decide each turn's credit
+    bandit_t2 = "bandit_t2"  # turn 1 sampled without gradient, turn 2 a one-step bandit on r2 (objective.py)
+    selective = "selective"  # turn 2 keeps y1 unchanged or rewrites it; rewarded for a right verdict (objective.py)
+
+
 class TurnLoss(Choice):
     turn = "turn"  # per turn: mean over its segments of per-segment token means; summed over the two turns
     token = "token"  # per turn: mean over its tokens; summed over the two turns
@@ -43,6 +50,9 @@ class TurnLoss(Choice):
 MODEL_NAMES = ("policy", "reference", "guidance", "critic", "target_critic", "value")
 # The instruction of turn 2 says nothing about whether turn 1 was right: the policy must judge that itself.
 DEFAULT_INSTRUCTION = "Review your solution and write a corrected or improved version."
+# selective revision: the instruction makes writing y1 again unchanged the way to say "y1 is right"
+SELECTIVE_INSTRUCTION = ("Check your solution. If it is correct, write it again unchanged. If it is wrong, write a "
+                         "corrected version.")
 
 
 def _models() -> dict[str, ModelSettings]:
@@ -61,6 +71,12 @@ def _leak_markers() -> list[str]:
 class ScoreConfig(LMRecipeConfig):
     num_generations: int = 4  # G: turn-1 samples per prompt, each continued to one turn 2 (mc baseline group)
     loss_type: TurnLoss = TurnLoss.turn
+    # --- which self-correction method (issue 46's arms; README "Arms") ---
+    arm: Arm = Arm.score
+    verify_bonus: float = 0.5  # selective: added to turn 2's reward when its keep/rewrite verdict matches r1
+    # control arm: each step's (turn-1, turn-2) rewards are permuted across this rank's episodes before any
+    # advantage, so the update sees the real reward statistics credited to the wrong episodes
+    shuffle_rewards: bool = False
     # --- SCoRe objective (arXiv 2409.12917) ---
     stage_schedule: str = "I:10,II:20"  # cycled; a last "II:*" means "stage II until the end" (stage I first)
     beta1: float = 0.01  # KL weight on every turn in stage II and on turn 2 in stage I
@@ -94,7 +110,9 @@ class ScoreConfig(LMRecipeConfig):
     hint_leak_penalty: float = 1.0  # subtracted when the hint holds code (any of leak_markers)
     leak_markers: list[str] = field(default_factory=_leak_markers)
     hint_sees_execution: bool = False  # give the guidance turn 1's test result: "extrinsic" feedback
-    error_tail_chars: int = 200  # how much of turn 1's error output the guidance sees
+    # give the policy turn 1's test result in the turn-2 prompt (passed, or the failing status and error tail)
+    policy_sees_execution: bool = False
+    error_tail_chars: int = 200  # how much of turn 1's error output the guidance (and the policy) sees
     # evaluation diagnostic: also sample turn 2 without the hint on the same y1 (the hint's gain); training never
     # does, so a guided and an unguided run spend the same rollout compute
     no_hint_sample: bool = True
@@ -135,3 +153,12 @@ def guidance_config(cfg: ScoreConfig) -> ScoreConfig:
     model = replace(cfg.model, source=cfg.guidance_source or cfg.model.source,
                     prompt_mode=cfg.guidance_prompt_mode or cfg.model.prompt_mode, lora_r=cfg.model.lora_r)
     return replace(cfg, model=model, models=effective_models(cfg))
+
+
+def check_arm(cfg: ScoreConfig) -> None:
+    """Arm settings that cannot work together, named before launch (``recipe.check``)."""
+    if cfg.arm == "bandit_t2" and cfg.advantage != "mc":
+        raise DistlabError("arm=bandit_t2 trains turn 2 against the prompt's turn 2s after an equally scored y1 (its "
+                           "own baseline, no critic); set advantage=mc")
+    if cfg.arm == "selective" and cfg.verify_bonus < 0:
+        raise DistlabError(f"verify_bonus={cfg.verify_bonus} would punish a right keep/rewrite verdict; give 0 or more")

@@ -22,9 +22,9 @@ from distlab.recipes.lm.stops import FINISH_LENGTH, FINISH_STOP, Completion
 from distlab.recipes.lm.tasks import Task, chat_messages
 from distlab.recipes.lm.tasks.prompts import FENCE_CLOSE, FENCE_OPEN, chat_instruction, is_math, text_lead
 
-ROLE_PAD, ROLE_PROMPT, ROLE_Y1, ROLE_GLUE, ROLE_HINT, ROLE_INSTR, ROLE_Y2 = -1, 0, 1, 2, 3, 4, 5
+ROLE_PAD, ROLE_PROMPT, ROLE_Y1, ROLE_GLUE, ROLE_HINT, ROLE_INSTR, ROLE_Y2, ROLE_FEEDBACK = -1, 0, 1, 2, 3, 4, 5, 6
 ROLE_NAMES = {ROLE_PROMPT: "prompt", ROLE_Y1: "y1", ROLE_GLUE: "glue", ROLE_HINT: "hint", ROLE_INSTR: "instruction",
-              ROLE_Y2: "y2"}
+              ROLE_Y2: "y2", ROLE_FEEDBACK: "feedback"}
 GUIDE_INSTRUCTION = ("Here is a programming problem and an attempted solution. Give one short hint in words "
                      "(no code) that would help the author check or fix it.")
 GUIDE_INSTRUCTION_MATH = ("Here is a math problem and an attempted solution. Give one short hint in words (not the "
@@ -49,6 +49,7 @@ class Episode:
     r2_no_hint: float | None = None
     exec_status: str = ""
     exec_tail: str = ""
+    kept: bool | None = None  # arm=selective: turn 2 wrote y1 again unchanged (its verdict "y1 is right")
 
     def extend(self, ids: Sequence[int], role: int) -> None:
         self.ids += list(ids)
@@ -63,11 +64,20 @@ def encode(tok, text: str) -> list[int]:
     return tok(text, add_special_tokens=False)["input_ids"] if text else []
 
 
+def execution_feedback(task: Task, status: str, tail: str) -> str:
+    """One line on turn 1's test result: passed, or the failing status and the tail of its error output (the
+    failing assert). Shown to the guidance (``hint_sees_execution``) or the policy (``policy_sees_execution``)."""
+    if status == "passed":
+        return f"{EXTRINSIC}: {'the final answer is right' if is_math(task) else 'passed every test'}."
+    return f"{EXTRINSIC}: {status}. {tail.strip()}".rstrip()
+
+
 def turn2_pieces(task: Task, tok, mode: str, prompt1: str, y1: Completion, hint: str, instruction: str,
-                 few_shot: Sequence[Task] = (), restate: bool = False) -> list[tuple[str, int]]:
+                 few_shot: Sequence[Task] = (), restate: bool = False, feedback: str = "") -> list[tuple[str, int]]:
     """The text between y1 and y2 as ``(text, role)`` pieces; their ids are appended after y1's ids.
 
-    Text mode: ``[Hint: h] instruction [problem again] ```python``. ``restate`` repeats the problem
+    Text mode: ``[feedback] [Hint: h] instruction [problem again] ```python``; ``feedback`` is turn 1's execution
+    result (:func:`execution_feedback`, ``policy_sees_execution``), shown before the instruction. ``restate`` repeats the problem
     statement after the instruction: a base model continues the nearest problem, so without it a
     small text-mode model has only the instruction right before the code it must write. It says
     nothing about whether y1 was right. Chat mode: the tokenizer's template renders the conversation. A math task
@@ -77,6 +87,8 @@ def turn2_pieces(task: Task, tok, mode: str, prompt1: str, y1: Completion, hint:
         closed = y1.finish_reason == FINISH_STOP or is_math(task)
         pieces = [] if closed else [("\n" + FENCE_CLOSE, ROLE_GLUE)]
         pieces.append(("\n", ROLE_GLUE))
+        if feedback:
+            pieces += [(feedback, ROLE_FEEDBACK), ("\n", ROLE_GLUE)]
         if hint:
             pieces += [("Hint: ", ROLE_GLUE), (hint, ROLE_HINT), ("\n", ROLE_GLUE)]
         pieces.append((instruction, ROLE_INSTR))
@@ -85,7 +97,8 @@ def turn2_pieces(task: Task, tok, mode: str, prompt1: str, y1: Completion, hint:
         return pieces + [("\n" + text_lead(task), ROLE_GLUE)]
     if mode != "chat":
         raise DistlabError(f"prompt mode {mode!r} is not one of chat, text")
-    user = (f"Hint: {hint}\n" if hint else "") + f"{instruction}\n{chat_instruction(task)}"
+    user = (f"{feedback}\n" if feedback else "") + (f"Hint: {hint}\n" if hint else "") + \
+        f"{instruction}\n{chat_instruction(task)}"
     messages = [*chat_messages(task, few_shot=few_shot), {"role": "assistant", "content": y1.text},
                 {"role": "user", "content": user}]
     full = render_prompt(tok, messages)
@@ -98,7 +111,7 @@ def turn2_pieces(task: Task, tok, mode: str, prompt1: str, y1: Completion, hint:
     eos = tok.eos_token or ""
     if y1.finish_reason == "eos" and eos and suffix.lstrip(" ").startswith(eos):  # y1's ids already end the turn
         suffix = suffix.lstrip(" ")[len(eos):]
-    return _split(suffix, [(hint, ROLE_HINT), (instruction, ROLE_INSTR)])
+    return _split(suffix, [(feedback, ROLE_FEEDBACK), (hint, ROLE_HINT), (instruction, ROLE_INSTR)])
 
 
 def _split(text: str, marked: list[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -120,10 +133,12 @@ def _split(text: str, marked: list[tuple[str, int]]) -> list[tuple[str, int]]:
 
 
 def turn2_prompt(ep: Episode, tok, mode: str, prompt1: str, hint: str, instruction: str,
-                 few_shot: Sequence[Task] = (), restate: bool = False) -> tuple[list[int], list[int]]:
-    """``(ids, roles)`` of the turn-2 prompt: the episode so far (x, y1) plus the hint and instruction."""
+                 few_shot: Sequence[Task] = (), restate: bool = False, feedback: str = ""
+                 ) -> tuple[list[int], list[int]]:
+    """``(ids, roles)`` of the turn-2 prompt: the episode so far (x, y1) plus feedback, hint and instruction."""
     ids, roles = list(ep.ids), list(ep.roles)
-    for text, role in turn2_pieces(ep.task, tok, mode, prompt1, ep.y1, hint, instruction, few_shot, restate):
+    for text, role in turn2_pieces(ep.task, tok, mode, prompt1, ep.y1, hint, instruction, few_shot, restate,
+                                   feedback):
         piece = encode(tok, text)
         ids += piece
         roles += [role] * len(piece)
@@ -132,12 +147,8 @@ def turn2_prompt(ep: Episode, tok, mode: str, prompt1: str, hint: str, instructi
 
 def guidance_prompt(task: Task, y1_text: str, tok, mode: str, execution: tuple[str, str] | None) -> str:
     """What the guidance model reads: the problem, turn 1's attempt and (``hint_sees_execution``) its test result."""
-    result, math = "", is_math(task)
-    if execution is not None:
-        status, tail = execution
-        passed = "the final answer is right" if math else "passed every test"
-        result = (f"{EXTRINSIC}: {passed}.\n" if status == "passed"
-                  else f"{EXTRINSIC}: {status}. {tail.strip()}\n")
+    math = is_math(task)
+    result = f"{execution_feedback(task, *execution)}\n" if execution is not None else ""
     # a chat reply brings its own fences; a text-mode completion is bare code; a math attempt is prose
     attempt = (f"{y1_text.strip()}\n" if FENCE_CLOSE in y1_text or math
                else f"{FENCE_OPEN}{y1_text.strip()}\n{FENCE_CLOSE}\n")
@@ -170,17 +181,22 @@ def pack(rows: list[list[int]], roles: list[list[int]], pad: int, device: torch.
 
 
 def turn2_length_bound(tasks: Sequence[Task], tok, mode: str, prompts1: Sequence[str], instruction: str,
-                       few_shot: Sequence[Task], restate: bool, max_completion: int, hint_tokens: int) -> int:
+                       few_shot: Sequence[Task], restate: bool, max_completion: int, hint_tokens: int,
+                       feedback_chars: int = -1) -> int:
     """Tokens a turn-2 prompt of these tasks can reach: the longest turn-1 prompt with its template pieces, plus a
     full-length y1 and hint (the hint at twice its token budget, since the policy's tokenizer may split the guidance
-    model's text finer). Sizes the policy's one compiled cache; a longer prompt still runs, on a larger one."""
+    model's text finer), and with ``feedback_chars`` >= 0 (``policy_sees_execution``) the feedback line with an error
+    tail of that many characters, a token each. Sizes the policy's one compiled cache; a longer prompt still runs,
+    on a larger one."""
     empty = Completion(0, [], [], "", FINISH_LENGTH)  # unfinished: text mode closes its fence, the longer case
     longest = 0
     for task, p1 in zip(tasks, prompts1):
         glue = turn2_pieces(task, tok, mode, p1, empty, "", instruction, few_shot, restate)
         longest = max(longest, len(encode(tok, p1)) + sum(len(encode(tok, text)) for text, _ in glue))
     hint = 2 * hint_tokens + len(encode(tok, "Hint: \n")) if hint_tokens > 0 else 0
-    return longest + max_completion + hint
+    feedback = (len(encode(tok, execution_feedback(tasks[0], "bad_tests", "") + "\n\n")) + feedback_chars
+                if feedback_chars >= 0 and tasks else 0)
+    return longest + max_completion + hint + feedback
 
 
 def guidance_length_bound(tasks: Sequence[Task], gtok, mode: str, max_completion: int, tail_chars: int,

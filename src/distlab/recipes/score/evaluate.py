@@ -28,8 +28,10 @@ from distlab.session import stop_requested
 
 
 def feedback_label(cfg: ScoreConfig) -> str:
-    """``extrinsic`` when the guidance saw turn 1's test result (the hint may reveal correctness), else ``intrinsic``."""
-    return "extrinsic" if cfg.hint_sees_execution and cfg.guidance != "none" else "intrinsic"
+    """``extrinsic`` when turn 2 could know turn 1's test result: the policy read it (``policy_sees_execution``) or the
+    guidance did (``hint_sees_execution``, the hint may reveal it); else ``intrinsic``."""
+    guided = cfg.hint_sees_execution and cfg.guidance != "none"
+    return "extrinsic" if guided or cfg.policy_sees_execution else "intrinsic"
 
 
 def evaluate_self_correction(cfg: ScoreConfig, players: Players, tasks: list[Task], few_shot: list[Task],
@@ -54,6 +56,8 @@ def evaluate_self_correction(cfg: ScoreConfig, players: Players, tasks: list[Tas
     every = gathered_rows(rt, rows, stopped, tasks)
     metrics = scm.with_intervals(every) if every else {}
     metrics["n_problems"] = len(every)
+    if every:  # how often turn 2 wrote y1 again unchanged (selective revision's "keep" verdict)
+        metrics["keep_rate"] = sum(bool(r.get("kept")) for r in every) / len(every)
     return {"metrics": metrics, "per_problem": every}
 
 
@@ -64,7 +68,7 @@ def _row(ep, cfg: ScoreConfig) -> dict:
     row = {"task_id": ep.task.task_id, "r1": ep.r1, "r2": ep.r2, "r2_no_hint": ep.r2_no_hint,
            "hint_tokens": len(ep.hint.token_ids) if hinted else None,
            "leak": leaks_code(ep.hint_text, cfg.leak_markers) if hinted else False,
-           "hint": ep.hint_text if hinted else None, "turn1_status": ep.exec_status}
+           "hint": ep.hint_text if hinted else None, "turn1_status": ep.exec_status, "kept": ep.kept}
     if cfg.evaluation.completions > 0:
         row["y1"], row["y2"] = ep.y1.text, ep.y2.text
     return row

@@ -88,6 +88,53 @@ def mc_advantages(ret1: Tensor, ret2: Tensor, group_size: int, scale_rewards: st
     return a1, a2, zero_var
 
 
+# ------------------------------------------------------------------------------------------ arms
+def cell_advantages(rewards: Tensor, cells: Tensor, group_size: int) -> Tensor:
+    """Each reward minus the mean over the prompt's episodes in the same cell (equal ``cells`` value, e.g. r1).
+
+    An episode alone in its cell gets 0: nothing in the group saw the same state. Used where the state before the
+    trained action is known and differs within a group: a guidance hint after y1 (``guidance_advantages``) and
+    turn 2 of the ``bandit_t2`` arm, both of which act after r1 is fixed.
+    """
+    gg, cc = rewards.float().reshape(-1, group_size), cells.float().reshape(-1, group_size)
+    same = (cc[:, :, None] == cc[:, None, :]).float()  # [N, G, G]: the prompt's episodes in the same cell
+    base = (same @ gg[:, :, None]).squeeze(-1) / same.sum(-1)
+    return (gg - base).reshape(rewards.shape)
+
+
+def bandit_advantages(r1: Tensor, r2: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
+    """``arm=bandit_t2``: ``(A1, A2)`` with A1 = 0 (turn 1 is sampled, never trained) and A2 = r2 minus the mean r2
+    of the prompt's turn 2s that followed a y1 of the same score.
+
+    Turn 2 is a one-step bandit whose state is (x, y1): its reward r2 is compared only with turn 2s that started
+    from an equally good y1, so a turn 2 is not credited for the y1 it was handed. Within such a cell r1 is a
+    constant, so the reward r2 and the gain r2 - r1 give the same advantage: the arm needs no choice between them.
+    """
+    return torch.zeros_like(r1, dtype=torch.float32), cell_advantages(r2, r1, group_size)
+
+
+def selective_rewards(r1: Tensor, r2: Tensor, kept: Tensor, bonus: float) -> tuple[Tensor, Tensor]:
+    """``arm=selective``: turn rewards ``(r1, r2 + bonus [verdict right])``; turn 2's verdict is "keep" when it
+    writes y1 again unchanged (``kept``), "rewrite" otherwise, and it is right when it keeps a right y1 or
+    rewrites a wrong one.
+
+    r2 alone already ranks a fix (1) above a kept wrong y1 (0); the bonus adds what r2 cannot see: a right y1
+    rewritten into another right answer earns 1, kept it earns 1 + bonus, so the policy learns to leave correct work
+    alone (c->i is the failure of self-correction at small sizes) and to rewrite, not copy, a wrong one
+    (bonus even when the rewrite still fails). Stage and alpha do not apply to this arm.
+    """
+    right = (kept.bool() & (r1 > 0.5)) | (~kept.bool() & (r1 <= 0.5))
+    return r1.clone(), r2 + bonus * right.to(r2.dtype)
+
+
+def shuffled_pairs(rew1: Tensor, rew2: Tensor, seed: int) -> tuple[Tensor, Tensor]:
+    """The control arm (``shuffle_rewards``): the episodes' (turn-1, turn-2) reward pairs permuted across the batch
+    with one seeded permutation, so each pair stays a pair an episode really earned (the joint statistics, means and
+    spreads are unchanged) but is credited to another episode: whatever the arm then learns is not from its reward."""
+    order = torch.randperm(len(rew1), generator=torch.Generator().manual_seed(seed + 65_537))
+    return rew1[order], rew2[order]
+
+
 def token_advantages(roles: Tensor, a1: Tensor, a2: Tensor) -> Tensor:
     """``[B, T]``: A1 on y1 tokens, A2 on y2 tokens, 0 elsewhere."""
     m1, m2 = turn_masks(roles)
@@ -127,12 +174,14 @@ def step_counts(roles: Tensor) -> Tensor:
 
 def score_policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, adv_tok: Tensor, roles: Tensor,
                       kl_w: Tensor, *, epsilon: float, kl: str = "k3", loss_type: str = "turn", norm: TurnNorm,
-                      world_size: int = 1, entropy: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+                      world_size: int = 1, entropy: Tensor | None = None, turns: tuple[int, ...] = (1, 2)
+                      ) -> tuple[Tensor, dict[str, Tensor]]:
     """This micro-batch's share of the step's loss (times ``world_size`` for a DDP mean), and SUM-able stats.
 
     The sum over turns of :func:`~distlab.recipes.lm.pg_loss.policy_loss` on that turn's tokens, normalised by
     that turn's global counts in ``norm`` (:func:`step_counts`). ``kl_w`` (:func:`kl_weights`) is 0 off the
-    policy's tokens, and ``ref_logp`` may be ``None`` only when every weight is 0.
+    policy's tokens, and ``ref_logp`` may be ``None`` only when every weight is 0. ``turns`` names the turns with a
+    loss term: ``(2,)`` for ``arm=bandit_t2``, whose turn-1 tokens then carry neither policy gradient nor KL.
     """
     if ref_logp is None and bool((kl_w != 0).any()):
         raise ValueError("a nonzero KL weight needs ref_logp")
@@ -140,6 +189,8 @@ def score_policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | 
         raise TypeError(f"norm must be a TurnNorm (one count per turn), got {type(norm).__name__}")
     total, out = None, {k: None for k in STAT_KEYS}
     for i, (mask, turn_norm) in enumerate(zip(turn_masks(roles), (norm.turn1, norm.turn2)), start=1):
+        if i not in turns:
+            continue
         loss, s = policy_loss(logp, old_logp, ref_logp, adv_tok, mask, epsilon=epsilon, beta=kl_w, kl=kl,
                               loss_type=loss_type, norm=turn_norm, world_size=world_size, entropy=entropy)
         total = loss if total is None else total + loss
@@ -147,7 +198,10 @@ def score_policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | 
         for key, src in (("objective", "objective"), ("pg_sum", "pg_loss_sum"), ("clip_low", "clip_low"),
                          ("clip_high", "clip_high"), ("entropy_sum", "entropy_sum"), ("ratio_sum", "ratio_sum")):
             out[key] = s[src] if out[key] is None else out[key] + s[src]
-    return total, out
+    if total is None:
+        raise ValueError(f"turns={turns} names no turn; give (1, 2), (1,) or (2,)")
+    zero = torch.zeros((), dtype=torch.float32, device=logp.device)
+    return total, {k: zero if v is None else v for k, v in out.items()}
 
 
 # ------------------------------------------------------------------------------------------ guidance
@@ -170,7 +224,4 @@ def guidance_advantages(g: Tensor, r1: Tensor, group_size: int, baseline: str = 
         raise ValueError(f"guidance_baseline must be 'r1' or 'group', got {baseline!r}")
     if baseline == "group":
         return group_advantages(g, group_size, "none")[0]
-    gg, rr = g.float().reshape(-1, group_size), r1.float().reshape(-1, group_size)
-    same = (rr[:, :, None] == rr[:, None, :]).float()  # [N, G, G]: hints of the prompt with an equal r1
-    base = (same @ gg[:, :, None]).squeeze(-1) / same.sum(-1)
-    return (gg - base).reshape(g.shape)
+    return cell_advantages(g, r1, group_size)

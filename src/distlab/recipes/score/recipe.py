@@ -23,9 +23,10 @@ from distlab.errors import DistlabError
 from distlab.placement import wrap_of
 from distlab.recipe import ModelSpec, Recipe
 from distlab.recipes.lm.export import FORMATS as EXPORT_FORMATS
+from distlab.recipes.lm.python_inputs import python_inputs
 from distlab.recipes.lm.settings import LM_POSITIVE_KEYS, LM_SMOKE, LM_ZERO_MEANS
-from distlab.recipes.score.config import (MODEL_NAMES, ScoreConfig, beta2_of, effective_models, guidance_config,
-                                          used_models)
+from distlab.recipes.score.config import (MODEL_NAMES, ScoreConfig, beta2_of, check_arm, effective_models,
+                                          guidance_config, used_models)
 
 PRESETS = Path(__file__).parent / "presets"
 log = logging.getLogger("distlab")
@@ -51,6 +52,7 @@ def check(cfg: ScoreConfig, world_size: int) -> None:
     if not 0 <= cfg.tau <= 1 or not 0 <= cfg.gamma <= 1:
         raise DistlabError(f"need 0 <= tau <= 1 and 0 <= gamma <= 1 (got tau={cfg.tau}, gamma={cfg.gamma})")
     check_models(cfg)
+    check_arm(cfg)
     if cfg.hint_sees_execution and cfg.guidance == "none":
         raise DistlabError("hint_sees_execution=true gives the guidance model turn 1's test result, but guidance=none "
                            "loads none; set guidance=frozen or guidance=trained")
@@ -159,9 +161,11 @@ RECIPE = Recipe(name="score", config=ScoreConfig, train=train, presets_dir=PRESE
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 export=export, export_formats=EXPORT_FORMATS,
                 report_metrics=("acc_t1", "acc_t2", "delta_t1_t2"),
-                zero_means=LM_ZERO_MEANS, smoke=LM_SMOKE,
-                positive_keys=LM_POSITIVE_KEYS | {"critic_lr", "guidance_lr", "critic_updates", "critic_hidden",
-                                                  "guidance_every", "hint_max_tokens", "sft_pack", "sft_batch_size"},
+                zero_means=LM_ZERO_MEANS, smoke=LM_SMOKE, python_inputs=python_inputs,
+                # steps=0 is the untrained control arm: evaluate the starting model's two turns, train nothing
+                positive_keys=(LM_POSITIVE_KEYS - {"steps"}) | {"critic_lr", "guidance_lr", "critic_updates",
+                                                                "critic_hidden", "guidance_every", "hint_max_tokens",
+                                                                "sft_pack", "sft_batch_size"},
                 supports=frozenset({"dist.cpu_offload", "run.time_limit_s", "dist.wrap", "dist.compile",
                                     "dist.compile_split_ddp",
                                     "dist.compile_mode", "dist.activation_checkpointing",

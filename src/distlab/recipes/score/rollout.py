@@ -6,6 +6,7 @@ episode per problem), so the metrics of the two are computed on identical episod
 
 from __future__ import annotations
 
+import ast
 from concurrent.futures import Future
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,9 @@ from distlab.recipes.lm.prompting import prompt_text, stops_for
 from distlab.recipes.lm.generate import generate, generate_from_ids
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.tasks import Task
-from distlab.recipes.score.episode import ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, guidance_prompt, turn2_prompt
+from distlab.recipes.lm.tasks.prompts import build_program, is_math
+from distlab.recipes.score.episode import (ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, execution_feedback,
+                                           guidance_prompt, turn2_prompt)
 from distlab.wrap import unwrap
 
 SEED_HINT, SEED_TURN2, SEED_NO_HINT = 1_000_003, 2_000_003, 3_000_017
@@ -100,9 +103,12 @@ def _play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer
         ep.extend(c.token_ids, ROLE_Y1)
         episodes.append(ep)
     first = [scorer.submit_detailed(ep.task, ep.y1.text) for ep in episodes]
+    # turn 1's test results are waited for before turn 2 only when a model must read them; otherwise the sandbox
+    # runs them while turn 2 is generated
+    early = cfg.policy_sees_execution or (cfg.hint_sees_execution and players.guidance is not None)
+    if early:
+        _take_turn1(episodes, first, cfg.error_tail_chars)
     if players.guidance is not None:
-        if cfg.hint_sees_execution:
-            _take_turn1(episodes, first, cfg.error_tail_chars)
         gprompts = [guidance_prompt(ep.task, ep.y1.text, players.gtok, players.guide_mode,
                                     (ep.exec_status, ep.exec_tail) if cfg.hint_sees_execution else None)
                     for ep in episodes]
@@ -116,11 +122,13 @@ def _play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer
             tick(cfg.hint_max_tokens)
         for ep, h in zip(episodes, hints):
             ep.hint, ep.hint_prompt_ids = h, list(h.prompt_ids)
+    feedback = [execution_feedback(ep.task, ep.exec_status, ep.exec_tail) if cfg.policy_sees_execution else ""
+                for ep in episodes]
     with_hint = [turn2_prompt(ep, tok, mode, prompts1[ep.group], ep.hint_text, cfg.instruction, few_shot,
-                              cfg.restate_problem)
-                 for ep in episodes]
+                              cfg.restate_problem, fb)
+                 for ep, fb in zip(episodes, feedback)]
     bare = ([turn2_prompt(ep, tok, mode, prompts1[ep.group], "", cfg.instruction, few_shot,
-                          cfg.restate_problem) for ep in episodes]
+                          cfg.restate_problem, fb) for ep, fb in zip(episodes, feedback)]
             if no_hint and players.guidance is not None else None)
     with gathered(players.policy), torch.no_grad():
         tick = _ticks(bar, s.max_completion_length)
@@ -141,12 +149,30 @@ def _play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer
         ep.extend(c.token_ids, ROLE_Y2)
     second = [scorer.submit(ep.task, ep.y2.text) for ep in episodes]
     no_hint_f = [scorer.submit(ep.task, c.text) for ep, c in zip(episodes, y2b)] if y2b is not None else None
-    if not cfg.hint_sees_execution or players.guidance is None:
+    if not early:
         _take_turn1(episodes, first, cfg.error_tail_chars)
     for i, ep in enumerate(episodes):
         ep.r2 = float(second[i].result())
+        ep.kept = unchanged(ep.task, ep.y1.text, ep.y2.text, mode)
         ep.r2_no_hint = float(no_hint_f[i].result()) if no_hint_f is not None else None
     return episodes
+
+
+def unchanged(task: Task, y1: str, y2: str, mode: str) -> bool:
+    """Whether turn 2 wrote turn 1's answer again: the same program as the sandbox would run it, compared as syntax
+    trees (prose, comments, blank lines and spacing are not a rewrite), or for a math task the same words. Two
+    attempts without code are unchanged too. ``arm=selective`` reads this as turn 2's verdict "y1 is right"; every
+    arm logs it (``keep_rate``)."""
+    if is_math(task):
+        return " ".join(y1.split()) == " ".join(y2.split())
+    return _tree(build_program(task, y1, mode)) == _tree(build_program(task, y2, mode))
+
+
+def _tree(code: str) -> str:
+    try:
+        return ast.dump(ast.parse(code))
+    except (SyntaxError, ValueError):
+        return code
 
 
 def _take_turn1(episodes: list[Episode], futures: list[Future], tail_chars: int) -> None:

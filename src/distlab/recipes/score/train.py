@@ -51,9 +51,10 @@ from distlab.recipes.lm.prompting import prompt_text
 from distlab.recipes.score.episode import Episode, guidance_length_bound, leaks_code, pack, turn2_length_bound
 from distlab.recipes.score.evaluate import evaluate_self_correction, feedback_label, paired_changes
 from distlab.recipes.score.models import Models, checksums, load_models
-from distlab.recipes.score.objective import (TurnNorm, guidance_advantages, guidance_rewards, kl_weights,
-                                             mc_advantages, score_policy_loss, step_counts, token_advantages,
-                                             turn_masks, turn_rewards, turn_returns)
+from distlab.recipes.score.objective import (TurnNorm, bandit_advantages, guidance_advantages, guidance_rewards,
+                                             kl_weights, mc_advantages, score_policy_loss, selective_rewards,
+                                             shuffled_pairs, step_counts, token_advantages, turn_masks, turn_rewards,
+                                             turn_returns)
 from distlab.recipes.score.rollout import CacheShapes, Players, play
 from distlab.recipes.score.schedule import StageSchedule
 from distlab.sampler import GlobalBatchSampler
@@ -118,7 +119,8 @@ def cache_shapes(cfg: ScoreConfig, world_size: int, m: Models, tasks, few_shot) 
     prompts = [prompt_text(t, m.tok, mode, few_shot) for t in tasks]
     hint = cfg.hint_max_tokens if m.guidance is not None else 0
     policy = turn2_length_bound(tasks, m.tok, mode, prompts, cfg.instruction, few_shot, cfg.restate_problem,
-                                s.max_completion_length, hint)
+                                s.max_completion_length, hint,
+                                cfg.error_tail_chars if cfg.policy_sees_execution else -1)
     guidance = (guidance_length_bound(tasks, m.gtok, cfg.guidance_prompt_mode or mode, s.max_completion_length,
                                       cfg.error_tail_chars, cfg.hint_sees_execution)
                 if m.guidance is not None else None)
@@ -162,11 +164,30 @@ def _ends(episodes: list[Episode]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.long)
 
 
-def _advantages(cfg: ScoreConfig, session, m: Models, opts, episodes, ids, attn, stage: str, extra: dict):
-    """Per-episode turn advantages ``(A1, A2)`` for this stage, from Monte Carlo returns or the critic."""
+def arm_rewards(cfg: ScoreConfig, episodes: list[Episode], stage: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each episode's turn rewards ``(rew1, rew2)`` under ``cfg.arm`` (``score``: this stage's SCoRe rewards;
+    ``selective``: r1 and r2 plus the verdict bonus; ``bandit_t2``: (r1, r2), only turn 2 is trained), permuted
+    across the episodes with ``shuffle_rewards`` (the control arm; ``seed`` draws the permutation)."""
     r1 = torch.tensor([ep.r1 for ep in episodes], dtype=torch.float32)
     r2 = torch.tensor([ep.r2 for ep in episodes], dtype=torch.float32)
-    rew1, rew2 = turn_rewards(r1, r2, stage, cfg.alpha)
+    if cfg.arm == "selective":
+        kept = torch.tensor([bool(ep.kept) for ep in episodes])
+        rew1, rew2 = selective_rewards(r1, r2, kept, cfg.verify_bonus)
+    elif cfg.arm == "bandit_t2":
+        rew1, rew2 = r1, r2
+    else:
+        rew1, rew2 = turn_rewards(r1, r2, stage, cfg.alpha)
+    return shuffled_pairs(rew1, rew2, seed) if cfg.shuffle_rewards else (rew1, rew2)
+
+
+def _advantages(cfg: ScoreConfig, session, m: Models, opts, episodes, ids, attn, stage: str, extra: dict,
+                seed: int):
+    """Per-episode turn advantages ``(A1, A2)`` for this stage and arm, from Monte Carlo returns or the critic."""
+    rew1, rew2 = arm_rewards(cfg, episodes, stage, seed)
+    if cfg.arm == "bandit_t2":  # turn 1 untrained; turn 2 against the prompt's turn 2s after an equal r1
+        a1, a2 = bandit_advantages(rew1, rew2, cfg.num_generations)
+        extra["zero_var_groups"] = float((a2.reshape(-1, cfg.num_generations) == 0).all(1).sum())
+        return a1, a2
     if cfg.advantage == "critic":
         feats = pooled_features(m.policy, ids, attn, _ends(episodes).to(ids.device), cfg.micro_batch_size)
         trans = Transitions(feats[:, 0], feats[:, 1], feats[:, 2], feats[:, 3], rew1, rew2)
@@ -201,13 +222,15 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     ids, attn, roles = pack([ep.ids for ep in episodes], [ep.roles for ep in episodes], pad, device)
     t1 = time.perf_counter()
     extra: dict[str, float] = {}
-    a1, a2 = _advantages(cfg, session, m, opts, episodes, ids, attn, stage, extra)
+    a1, a2 = _advantages(cfg, session, m, opts, episodes, ids, attn, stage, extra,
+                         rollout_seed(cfg.run.seed, step, rt.rank))
     extra.update(adv_t1_sum=float(a1.sum()), adv_t2_sum=float(a2.sum()), adv_t1_sq=float((a1 * a1).sum()),
                  adv_t2_sq=float((a2 * a2).sum()))
     adv_tok = token_advantages(roles, a1, a2)
     kl_w = kl_weights(roles, stage, cfg.beta1, beta2_of(cfg))
     m1, m2 = turn_masks(roles)
-    train_mask = m1 | m2
+    turns = (2,) if cfg.arm == "bandit_t2" else (1, 2)  # bandit_t2: turn-1 tokens carry no gradient, not even KL
+    train_mask = m2 if turns == (2,) else m1 | m2
     norm = TurnNorm.from_counts(rt.all_reduce_sum(step_counts(roles)).cpu())
     times["advantage_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
@@ -224,7 +247,8 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
         logp, ent = logprobs(m.policy, ids[sl], attn[sl], train_mask[sl], chunk_tokens=cfg.logprob_chunk,
                              temperature=temp, entropy=True, pack=cfg.padding_free)
         return score_policy_loss(logp, old[k], ref[k], adv_tok[sl], roles[sl], kl_w[sl], epsilon=cfg.epsilon,
-                                 kl=cfg.kl, loss_type=cfg.loss_type, norm=norm, world_size=rt.world_size, entropy=ent)
+                                 kl=cfg.kl, loss_type=cfg.loss_type, norm=norm, world_size=rt.world_size, entropy=ent,
+                                 turns=turns)
 
     t3 = time.perf_counter()
     def record(k: int) -> dict:
@@ -285,17 +309,21 @@ def _step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, n
     local = {**scm.sums(rows), **{k: sums.get(k, 0.0) for k in ("kl_y1_sum", "kl_y2_sum", "tokens_y1", "tokens_y2",
                                                                 "clip_low", "clip_high", "entropy_sum")},
              **extra, "truncated_y1": float(sum(ep.y1.truncated for ep in episodes)),
-             "truncated_y2": float(sum(ep.y2.truncated for ep in episodes)), "groups": float(len(episodes)) /
+             "truncated_y2": float(sum(ep.y2.truncated for ep in episodes)),
+             "kept": float(sum(bool(ep.kept) for ep in episodes)),
+             "y1_tokens": float(sum(len(ep.y1.token_ids) for ep in episodes)),
+             "y2_tokens": float(sum(len(ep.y2.token_ids) for ep in episodes)), "groups": float(len(episodes)) /
              cfg.num_generations, **scorer.take_counts(), **times}
     tot = rt.reduce_sums(local)
     n = max(tot["n"], 1.0)
     tok1, tok2 = max(tot["tokens_y1"], 1.0), max(tot["tokens_y2"], 1.0)
+    trained_tokens = max(tot["tokens_y1"] + tot["tokens_y2"], 1.0)  # bandit_t2 trains no y1 token
     out = {**scm.means(tot), "stage": 1.0 if stage == "I" else 2.0,
-           "extrinsic": 1.0 if cfg.hint_sees_execution and cfg.guidance != "none" else 0.0,
+           "extrinsic": 1.0 if feedback_label(cfg) == "extrinsic" else 0.0, "keep_rate": tot["kept"] / n,
            "kl_t1": tot["kl_y1_sum"] / tok1, "kl_t2": tot["kl_y2_sum"] / tok2,
-           "len_t1": tot["tokens_y1"] / n, "len_t2": tot["tokens_y2"] / n,
-           "clip_fraction": (tot["clip_low"] + tot["clip_high"]) / (tok1 + tok2),
-           "entropy": tot["entropy_sum"] / (tok1 + tok2), "truncated_t1": tot["truncated_y1"] / n,
+           "len_t1": tot["y1_tokens"] / n, "len_t2": tot["y2_tokens"] / n,  # sampled, trained or not
+           "clip_fraction": (tot["clip_low"] + tot["clip_high"]) / trained_tokens,
+           "entropy": tot["entropy_sum"] / trained_tokens, "truncated_t1": tot["truncated_y1"] / n,
            "truncated_t2": tot["truncated_y2"] / n, "zero_var_fraction": tot["zero_var_groups"] / max(tot["groups"], 1),
            "adv_t1_mean": tot["adv_t1_sum"] / n, "adv_t2_mean": tot["adv_t2_sum"] / n,
            "adv_t1_rms": (tot["adv_t1_sq"] / n) ** 0.5, "adv_t2_rms": (tot["adv_t2_sq"] / n) ** 0.5,
