@@ -163,10 +163,11 @@ MemoryCheck = Callable[[Any, Any, list, list, int, LaunchOptions, bool], None]
 
 def train(recipe_name: str, presets: list[str], overrides: list[str], opts: LaunchOptions,
           eval_checkpoint: Path | None = None, eval_output: Path | None = None,
-          memory_check: MemoryCheck | None = None) -> int:
+          memory_check: MemoryCheck | None = None, cmdline: str | None = None) -> int:
     """Start the ranks of a training run (or, with ``eval_checkpoint``, of an evaluation). ``memory_check`` runs
     after every other check and before the run directory exists: the ``distlab`` command passes the doctor's (the
-    core never imports the doctor)."""
+    core never imports the doctor). ``cmdline``: what reruns this run, for the manifest and the closing line's
+    ``resume:`` (default: this process's command line; ``distlab.train`` passes its own)."""
     from distlab import worker
 
     if detect_env().launcher != "single":  # already a rank of somebody else's launcher
@@ -180,7 +181,7 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
         memory_check(recipe, cfg, presets, overrides, nproc, opts, eval_checkpoint is not None)
     # the run name is fixed here so that every restart (and every node) lands in the same directory
     overrides = [*overrides, f"run.name={cfg.run.name}"]
-    os.environ["DISTLAB_CMDLINE"] = shlex.join(["distlab", *sys.argv[1:]])
+    os.environ["DISTLAB_CMDLINE"] = cmdline or shlex.join(["distlab", *sys.argv[1:]])
     worker_args = worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint, eval_output)
     single = nproc * opts.nodes == 1 and opts.max_restarts == 0
     if not single and opts.master_port and opts.nodes == 1 and not port_is_free(opts.master_port):

@@ -98,6 +98,9 @@ class Recipe:
     # run.smoke=true (``distlab train --smoke``): dotted key -> value put over the user's config so the run checks
     # the whole pipeline in seconds: few steps and a small evaluation (a smaller positive number of the user's stays)
     smoke: Mapping[str, Any] = field(default_factory=dict)
+    # distlab.train(RECIPE, ..., NAME=value): inputs from Python beyond config keys (the LM recipes' task dicts),
+    # turned into overrides; (inputs, run.dir) -> ["key=value", ...]; files it writes go under run.dir
+    python_inputs: Callable[[dict[str, Any], Path], list[str]] | None = None
 
 
 def _targets() -> dict[str, str]:

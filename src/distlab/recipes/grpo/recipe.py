@@ -9,6 +9,7 @@ from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
 from distlab.recipes.grpo.config import ALIASES, GRPOConfig
 from distlab.recipes.lm.export import FORMATS as EXPORT_FORMATS
+from distlab.recipes.lm.python_inputs import python_inputs
 from distlab.recipes.lm.settings import LM_POSITIVE_KEYS, LM_SMOKE, LM_ZERO_MEANS
 
 PRESETS = Path(__file__).parent / "presets"
@@ -99,7 +100,7 @@ RECIPE = Recipe(name="grpo", config=GRPOConfig, train=train, presets_dir=PRESETS
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
                 register_commands=register_commands, aliases=ALIASES, export=export, export_formats=EXPORT_FORMATS,
                 report_metrics=("pass@1", "sampled_pass@1", "reward_mean"), positive_keys=LM_POSITIVE_KEYS,
-                zero_means=LM_ZERO_MEANS, smoke=LM_SMOKE,
+                zero_means=LM_ZERO_MEANS, smoke=LM_SMOKE, python_inputs=python_inputs,
                 supports=frozenset({"dist.cpu_offload",
                                     "run.time_limit_s", "dist.grad_accum", "dist.wrap", "dist.compile", "dist.compile_split_ddp",
                                     "dist.compile_mode", "dist.activation_checkpointing",
