@@ -15,6 +15,12 @@ class DistlabError(Exception):
     """An error caused by input the user can correct; the message says what and how."""
 
 
+class InRunError(DistlabError):
+    """A user-correctable error that can only show once a run is under way (a user reward function that raises or
+    returns NaN): unlike a preflight refusal, the run directory already exists. The worker adds to the message that
+    it is kept, what it holds, and how to resume or delete it, so the user is not left to guess."""
+
+
 def near_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """Closest spellings of ``word`` among ``candidates`` (for 'did you mean' hints)."""
     cands = list(candidates)

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from distlab.config import finalize_config, resolve_config, smoke_line, to_object, to_yaml
 from distlab.dist import PeerLostError, init_runtime, shutdown
-from distlab.errors import DistlabError
+from distlab.errors import DistlabError, InRunError
 from distlab.logs import log_metrics_table, setup_logging
 from distlab.recipe import Recipe, load_recipe
 from distlab.rundir import RunLock, checkpoints_dir, eval_dir, manifest, write_manifest
@@ -112,7 +112,10 @@ def run(recipe_name: str, presets: list[str], overrides: list[str], eval_checkpo
         if eval_checkpoint is not None:
             result = _evaluate(recipe, session, eval_checkpoint)
         else:
-            result = recipe.train(session.cfg, session)
+            try:
+                result = recipe.train(session.cfg, session)
+            except InRunError as exc:
+                raise DistlabError(f"{exc}; {kept_note(session.run_dir, session.ckpt.root)}") from None
             session.finish(result)
         # all ranks tear down together: a rank that destroys its gloo group while rank 0 is still writing
         # results can be aborted by gloo's worker thread (SIGABRT, "terminate called without an active exception")
@@ -124,6 +127,20 @@ def run(recipe_name: str, presets: list[str], overrides: list[str], eval_checkpo
         # down can wait on them forever (see :func:`_leave`); :func:`main` ends the process instead
         if ended or not session.rt.distributed:
             shutdown(session.rt)
+
+
+def kept_note(run_dir: Path, ckpt_root: Path) -> str:
+    """What a run stopped by an :class:`InRunError` leaves and how to go on: its directory is kept on purpose (its
+    checkpoints are the user's work), so the message says so, names what it holds, and gives both ways out."""
+    held = [n for n in ("config.yaml", "train.log", "metrics.jsonl") if (run_dir / n).exists()]
+    if any(run_dir.glob("rank*.log")):
+        held.append("rank logs")
+    steps = sorted(int(p.name[4:]) for p in (ckpt_root.glob("step*") if ckpt_root.is_dir() else ())
+                   if p.is_dir() and p.name[4:].isdigit())
+    held.append(f"checkpoints up to step {steps[-1]}" if steps else "no checkpoint yet")
+    go_on = f"resume from step {steps[-1]}" if steps else "start again"
+    return (f"the run directory {run_dir} is kept ({', '.join(held)}): fix the cause and rerun the same command "
+            f"(run.name={run_dir.name}) to {go_on}, or delete it (rm -r {run_dir})")
 
 
 def _evaluate(recipe: Recipe, session: Session, ckpt: Path) -> dict:

@@ -1,6 +1,7 @@
 """Several reward functions with weights: built-ins, a user's function by import path, its timeout and errors."""
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,50 @@ def test_tests_fraction_is_weighted_and_reuses_the_tests_run():
                                     lambda wh: fraction(wh, 0.5))])
     assert got == {"tests_fraction": [0.5]} and seen[-1] is None
     check_rewards(["tests_fraction"], [], 1.0)
+
+
+PLUGIN = '''import itertools
+import math
+
+_calls = itertools.count()
+
+
+def nan_after_step_1(prompt, completion, task):
+    """0 for the first step's 8 samples (2 prompts x 4 generations), then NaN."""
+    return 0.0 if next(_calls) < 8 else math.nan
+'''
+
+
+def test_a_run_stopped_by_its_reward_says_its_directory_is_kept(tmp_path):
+    """The run directory exists when a user reward fails mid-run: the one line says it is kept, what it holds
+    (a checkpoint of step 1 here) and how to resume or delete it, and the directory is really there to resume."""
+    pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
+    from clitools import run_cli
+
+    (tmp_path / "my_rewards.py").write_text(PLUGIN)
+    proc = run_cli(["train", "grpo", "model.source=tiny:llama-2l", "model.prompt_mode=text", "task.train=math",
+                    "task.families=groups,minutes", "task.train_size=16", "task.eval_size=2", "prompts_per_step=2",
+                    "num_generations=4", "micro_batch_size=4", "sampling.max_completion_length=8", "steps=3",
+                    "evaluation.before=false", "ckpt.every=1", "reward_funcs=[tests,my_rewards:nan_after_step_1]",
+                    "log.progress=false", "run.name=rn"], tmp_path, check=False, env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("distlab: error: reward my_rewards:nan_after_step_1 returned nan"), line
+    run = tmp_path / "runs" / "rn"
+    for words in (f"the run directory {Path('runs') / 'rn'} is kept", "config.yaml", "checkpoints up to step 1",
+                  "run.name=rn) to resume from step 1", f"rm -r {Path('runs') / 'rn'}"):
+        assert words in line, (words, line)
+    assert (run / "config.yaml").is_file() and (run / "checkpoints" / "step00000001").is_dir()
+    assert not (run / "checkpoints" / "step00000002").exists()
+
+
+def test_the_kept_note_without_a_checkpoint_says_start_again(tmp_path):
+    from distlab.worker import kept_note
+
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "config.yaml").write_text("steps: 1\n")
+    note = kept_note(run, run / "checkpoints")
+    assert f"the run directory {run} is kept (config.yaml, no checkpoint yet)" in note
+    assert "to start again" in note and "resume" not in note and f"rm -r {run}" in note

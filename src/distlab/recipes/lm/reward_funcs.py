@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
-from distlab.errors import DistlabError, near_matches
+from distlab.errors import DistlabError, InRunError, near_matches
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.math_answer import extract_answer
 from distlab.recipes.lm.tasks.prompts import build_program
@@ -140,16 +140,16 @@ class RewardFunctions:
         try:
             got = value.result(timeout=self.timeout_s if name not in BUILTIN else None)
         except FutureTimeout:
-            raise DistlabError(f"reward {name} did not return within reward_timeout_s={self.timeout_s}; make it "
+            raise InRunError(f"reward {name} did not return within reward_timeout_s={self.timeout_s}; make it "
                                f"faster or raise reward_timeout_s") from None
         except DistlabError:
             raise
         except Exception as exc:  # the user's function: its own error, said in one line
-            raise DistlabError(f"reward {name} raised {type(exc).__name__}: {exc}") from None
+            raise InRunError(f"reward {name} raised {type(exc).__name__}: {exc}") from None
         try:
             got = float(got)
         except (TypeError, ValueError):
-            raise DistlabError(f"reward {name} returned {type(got).__name__} {got!r}, not a number") from None
+            raise InRunError(f"reward {name} returned {type(got).__name__} {got!r}, not a number") from None
         if not math.isfinite(got):
-            raise DistlabError(f"reward {name} returned {got}, not a finite number")
+            raise InRunError(f"reward {name} returned {got}, not a finite number")
         return got
