@@ -71,6 +71,13 @@ def _check_export(trained, tok, out: Path, adapter: bool, base=None):
     torch.testing.assert_close(got, want, atol=0 if adapter else 1e-4, rtol=0 if adapter else 1e-4)
     if base is not None:  # the run did train: the exported model is not the base model
         assert (_logits(base, tok) - want).abs().max() > 1e-2
+    if adapter:  # the adapter also loads as peft's own docs load one: over its base, read by transformers
+        from peft import PeftModel
+
+        config = json.loads((out / "adapter_config.json").read_text())
+        over_base = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(
+            config["base_model_name_or_path"]), out).eval()
+        torch.testing.assert_close(_logits(over_base, hf_tok), want, atol=0, rtol=0)
     text = _hf_greedy(loaded, hf_tok)
     assert text == _greedy(trained, tok) and all(isinstance(t, str) for t in text)
     meta = json.loads((out / "distlab_export.json").read_text())
@@ -83,6 +90,8 @@ def test_a_tiny_grpo_run_exports_merged_and_as_adapter(tmp_path):
     run_cli(["train", "grpo", *TINY, "model.lora_r=4", "run.name=lora"], tmp_path)
     run = tmp_path / "runs" / "lora"
     ckpt = run / "checkpoints" / "step00000001"
+    # the checkpoint holds the adapters only; export rebuilds the base from the run's source and seed
+    assert json.loads((ckpt / "extra.json").read_text())["frozen_bases"] == {"policy": "tiny:llama-2l seed=3"}
     trained, tok = _distlab_model("tiny:llama-2l", ckpt, lora_r=4, seed=3)
     base = load_causal_lm("tiny:llama-2l", seed=3)[0].eval()
     proc = run_cli(["export", str(run), "--format", "hf"], tmp_path)
