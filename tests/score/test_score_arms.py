@@ -18,7 +18,7 @@ from distlab.config import resolve_config
 from distlab.errors import DistlabError
 from distlab.recipe import load_recipe
 from distlab.recipes.lm.stops import Completion
-from distlab.recipes.lm.tasks import synthetic_tasks, text_prompt
+from distlab.recipes.lm.tasks import synthetic_tasks
 from distlab.recipes.lm.tiny_model import byte_tokenizer
 from distlab.recipes.score.config import SELECTIVE_INSTRUCTION, ScoreConfig
 from distlab.recipes.score.episode import (EXTRINSIC, ROLE_FEEDBACK, ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, encode,
@@ -163,25 +163,31 @@ def test_bandit_with_a_critic_is_refused():
 
 
 # ------------------------------------------------------------------------------------------ extrinsic
-def test_policy_feedback_sits_in_turn_two_prompt_and_is_never_trained():
+@pytest.mark.parametrize("mode", ["text", "chat"])
+def test_policy_feedback_sits_in_turn_two_prompt_and_is_never_trained(mode):
+    from distlab.recipes.lm.prompting import prompt_text
+
     tok, task = byte_tokenizer(), synthetic_tasks(1, seed=0)[0]
-    prompt1 = text_prompt(task)
-    y1_text = "def f(x):\n    return x\n```\n"
-    y1 = Completion(0, encode(tok, prompt1), encode(tok, y1_text), y1_text, "stop")
+    prompt1 = prompt_text(task, tok, mode, [])
+    p_ids, code = encode(tok, prompt1), "def f(x):\n    return x\n"
+    y1_text = code if mode == "text" else f"```python\n{code}```"
+    y1_ids = encode(tok, code + "```") if mode == "text" else encode(tok, y1_text) + [tok.eos_token_id]
+    y1 = Completion(0, p_ids, y1_ids, y1_text, "stop" if mode == "text" else "eos")
     ep = Episode(task=task, group=0)
-    ep.extend(encode(tok, prompt1), ROLE_PROMPT)
+    ep.extend(p_ids, ROLE_PROMPT)
     ep.y1 = y1
-    ep.extend(y1.token_ids, ROLE_Y1)
+    ep.extend(y1_ids, ROLE_Y1)
     fb = execution_feedback(task, "failed", "Traceback...\nAssertionError: assert f(4) == 10\n")
     assert fb == f"{EXTRINSIC}: failed. Traceback...\nAssertionError: assert f(4) == 10"
     assert execution_feedback(task, "passed", "") == f"{EXTRINSIC}: passed every test."
-    ids, roles = turn2_prompt(ep, tok, "text", prompt1, "", "Fix it.", feedback=fb)
+    ids, roles = turn2_prompt(ep, tok, mode, prompt1, "check the operator", "Fix it.", feedback=fb)
+    assert ids[: len(p_ids) + len(y1_ids)] == p_ids + y1_ids  # turn 1 exactly as sampled
     shown = tok.decode([i for i, r in zip(ids, roles) if r == ROLE_FEEDBACK])
     assert shown == fb
     text = tok.decode(ids[len(ep.ids):])
-    assert text.index(fb) < text.index("Fix it.")  # the result first, then what to do with it
-    bare_ids, _ = turn2_prompt(ep, tok, "text", prompt1, "", "Fix it.")
-    assert fb not in tok.decode(bare_ids)
+    assert text.index(fb) < text.index("check the operator") < text.index("Fix it.")  # the result, then the rest
+    bare_ids, bare_roles = turn2_prompt(ep, tok, mode, prompt1, "", "Fix it.")
+    assert fb not in tok.decode(bare_ids) and ROLE_FEEDBACK not in bare_roles
     assert ROLE_FEEDBACK not in (ROLE_Y1, ROLE_Y2)  # turn_masks train y1 and y2 only
 
 
