@@ -198,3 +198,17 @@ def test_each_batch_is_sampled_by_the_weights_lag_steps_old(monkeypatch, lag):
         assert logged[j]["policy_version"] == max(0, j - lag) and logged[j]["policy_lag"] == min(j, lag)
     assert logged[0]["is_weight/mean"] == 1.0 and not math.isnan(logged[-1]["is_weight/mean"])
     assert not ahead.batches  # nothing sampled past the last step
+
+
+def test_two_ranks_sample_ahead_from_a_config_file_and_resume_on_the_same_weights(tmp_path):
+    """Two real processes (gloo): each rank's batches ahead go into its own checkpoint file and come back on resume;
+    the ``async:`` block of a config file reads as the ``async.*`` keys do."""
+    (tmp_path / "async.yaml").write_text("async:\n  off_policy_steps: 1\n  importance_sampling_cap: 2.0\n")
+    args = ["train", "grpo", "--config", str(tmp_path / "async.yaml"), *TINY, "steps=3", "beta=0", "--procs", "2"]
+    run_cli([*args, "run.name=full"], tmp_path)
+    run_cli([*args, "run.name=cut", "run.stop_at=1"], tmp_path)
+    run_cli([*args, "run.name=cut"], tmp_path)
+    full, cut = summary(tmp_path / "runs" / "full"), summary(tmp_path / "runs" / "cut")
+    assert full["world_size"] == cut["world_size"] == 2 and cut["status"] == "completed"
+    assert [r["policy_lag"] for r in _rows(tmp_path / "runs" / "full")] == [0.0, 1.0, 1.0]
+    assert cut["param_checksum"] == full["param_checksum"]
