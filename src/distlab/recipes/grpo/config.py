@@ -38,8 +38,8 @@ class AsyncConfig:
     ``rollout_is_threshold``; 2.0 is both their defaults) on the policy-gradient term.
     """
 
-    off_policy_steps: int = 0
-    importance_sampling_cap: float = 2.0
+    off_policy_steps: int = 0  # async.off_policy_steps=K: train on rollouts sampled K updates ago (0 = synchronous)
+    importance_sampling_cap: float = 2.0  # async.is_cap: C in the token weight min(pi_train / pi_behaviour, C)
 
 
 @dataclass
