@@ -138,7 +138,9 @@ class _Session:
 @pytest.mark.parametrize("lag", [1, 2])
 def test_each_batch_is_sampled_by_the_weights_lag_steps_old(monkeypatch, lag):
     """The weights ``generate`` reads when it samples step j's batch are those after step max(0, j - K)'s update
-    count: checked on the weights themselves (their checksums), not on the recorded version."""
+    count: checked on the weights themselves (their checksums), not on the recorded version. And the overlap: the
+    batch of step j + K is sampled and its programs are in the sandbox before step j's update starts, and its rewards
+    are waited for only after that update."""
     import distlab.recipes.grpo.train as grpo_train
     from distlab.config import resolve_config
     from distlab.dist import module_checksum
@@ -172,14 +174,27 @@ def test_each_batch_is_sampled_by_the_weights_lag_steps_old(monkeypatch, lag):
     sampler = GlobalBatchSampler(len(tasks), cfg.prompts_per_step, 0, 1, cfg.run.seed)
     session = _Session()
     sampled_by: dict[int, str] = {}  # step whose batch it is (read from the rollout seed) -> weights' checksum
-    real_generate = grpo_train.generate
+    events: list[tuple[str, int]] = []
+    real_generate, real_update, real_collect = grpo_train.generate, grpo_train.policy_update, rewards.collect
 
     def generate(model, *a, seed, **kw):
         target = next(j for j in range(steps) if rollout_seed(cfg.run.seed, j, 0) == seed)
         sampled_by[target] = module_checksum(model)
-        return real_generate(model, *a, seed=seed, **kw)
+        out = real_generate(model, *a, seed=seed, **kw)
+        events.append(("sampled", target))  # rollout() submits each completion's rewards right after
+        return out
+
+    def update(*a, **kw):
+        events.append(("update", len([e for e in events if e[0] == "update"])))
+        return real_update(*a, **kw)
+
+    def collect(started):
+        events.append(("rewards", len([e for e in events if e[0] == "rewards"])))
+        return real_collect(started)
 
     monkeypatch.setattr(grpo_train, "generate", generate)
+    monkeypatch.setattr(grpo_train, "policy_update", update)
+    monkeypatch.setattr(rewards, "collect", collect)
     ahead = RolloutsAhead(lag, steps - 1, lambda j, version, times: grpo_train.sample_ahead(
         cfg, session, parts, [tasks[i] for i in sampler.next()], rollout_seed(cfg.run.seed, j, 0), version, times),
         lambda ro: grpo_train.resolved(parts, ro))
@@ -198,6 +213,8 @@ def test_each_batch_is_sampled_by_the_weights_lag_steps_old(monkeypatch, lag):
         assert logged[j]["policy_version"] == max(0, j - lag) and logged[j]["policy_lag"] == min(j, lag)
     assert logged[0]["is_weight/mean"] == 1.0 and not math.isnan(logged[-1]["is_weight/mean"])
     assert not ahead.batches  # nothing sampled past the last step
+    for j in range(steps - lag):  # batch j + K: sampled (rewards submitted) before update j, collected after it
+        assert events.index(("sampled", j + lag)) < events.index(("update", j)) < events.index(("rewards", j + lag))
 
 
 def test_two_ranks_sample_ahead_from_a_config_file_and_resume_on_the_same_weights(tmp_path):
