@@ -157,9 +157,11 @@ def test_every_arm_resolves_on_demo_cpu_with_equal_compute():
     assert resolve_config(recipe, ["demo-cpu", "arm-bandit"], ["policy_sees_execution=true"]).policy_sees_execution
 
 
-def test_bandit_with_a_critic_is_refused():
+def test_bandit_with_a_critic_and_negative_steps_are_refused():
     with pytest.raises(DistlabError, match="bandit_t2"):
         load_recipe("score").validate(ScoreConfig(arm="bandit_t2", advantage="critic"), 1)
+    with pytest.raises(DistlabError, match="steps=-1"):
+        resolve_config(load_recipe("score"), [], ["steps=-1"])
 
 
 # ------------------------------------------------------------------------------------------ extrinsic

@@ -157,6 +157,8 @@ def guidance_config(cfg: ScoreConfig) -> ScoreConfig:
 
 def check_arm(cfg: ScoreConfig) -> None:
     """Arm settings that cannot work together, named before launch (``recipe.check``)."""
+    if cfg.steps < 0:  # 0 is allowed: the untrained control arm (presets/arm-base.yaml)
+        raise DistlabError(f"steps={cfg.steps}: give 0 (evaluate the starting model only) or more")
     if cfg.arm == "bandit_t2" and cfg.advantage != "mc":
         raise DistlabError("arm=bandit_t2 trains turn 2 against the prompt's turn 2s after an equally scored y1 (its "
                            "own baseline, no critic); set advantage=mc")
