@@ -90,3 +90,52 @@ def test_refresh_after_an_adapter_step_follows_the_trained_adapters(lora_policy)
     after = _logits(sampling.module, tok)
     assert not torch.equal(after, before)
     assert torch.equal(after, _logits(copy.deepcopy(model).to(torch.bfloat16).eval(), tok))
+
+
+class _Session:
+    """What the recipes' model loaders read of a session: its runtime (one CPU process)."""
+
+    def __init__(self) -> None:
+        from distlab.dist import Runtime
+
+        self.rt = Runtime()
+
+
+def _adapters_fp32_over_bf16(model) -> None:
+    trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    assert trained and all(".lora_A." in n or ".lora_B." in n for n in trained)
+    assert {p.dtype for p in trained.values()} == {torch.float32}
+    assert frozen and {p.dtype for p in frozen} == {torch.bfloat16}
+
+
+@pytest.mark.parametrize("recipe", ["grpo", "score"])
+def test_the_recipes_load_a_lora_policy_as_fp32_adapters_over_a_bf16_base(recipe):
+    """GRPO's and SCoRe's own loaders with ``model.lora_r>0`` and bf16 models: only the adapters train, in fp32; the
+    reference is the bare base; SCoRe's trained guidance model gets adapters too."""
+    from distlab.config import resolve_config
+    from distlab.recipe import load_recipe
+
+    keys = ["model.source=tiny:llama-2l", "model.lora_r=4", "dist.verify_init=false", "models.policy.dtype=bf16",
+            "models.reference.dtype=bf16"]
+    if recipe == "score":
+        keys += ["guidance=trained", "models.guidance.dtype=bf16", "sft_steps=0", "beta1=0.05"]
+    else:
+        keys += ["beta=0.04"]
+    cfg = resolve_config(load_recipe(recipe), [], keys)
+    if recipe == "grpo":
+        from distlab.recipes.lm.models import load_placed
+
+        policy = load_placed("policy", cfg, _Session(), 0)[0]
+        reference = load_placed("reference", cfg, _Session(), 0, lora=False)[0]
+        guidance = None
+    else:
+        from distlab.recipes.score.models import load_models
+
+        m = load_models(cfg, _Session())
+        policy, reference, guidance = m.policy, m.reference, m.guidance
+    _adapters_fp32_over_bf16(policy)
+    if guidance is not None:
+        _adapters_fp32_over_bf16(guidance)
+    assert reference is not None and not any(p.requires_grad for p in reference.parameters())
+    assert not any(".lora_" in n for n, _ in reference.named_parameters())
