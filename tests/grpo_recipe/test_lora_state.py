@@ -124,3 +124,16 @@ def test_score_with_lora_checkpoints_adapters_of_both_trained_models_and_resumes
     weights = {k: v for k, v in _metadata(ckpt).items() if k.startswith("models.")}
     assert {k.split(".")[1] for k in weights} == {"policy", "guidance"}
     assert all(".lora_" in k and v.properties.dtype == torch.float32 for k, v in weights.items())
+
+
+def test_two_ranks_checkpoint_the_same_adapters_and_eval_reads_them(runs):
+    """Under DDP the state-dict names lose the wrapper's ``module.``: the same adapter keys as one rank, no base; and
+    ``distlab eval`` rebuilds the base and scores the adapters as training's final evaluation did."""
+    run_cli(["train", "grpo", *GRPO, *LORA, "steps=2", "run.name=ddp", "--procs", "2"], runs)
+    two = _metadata(runs / "runs" / "ddp" / "checkpoints" / "step00000002")
+    one = _metadata(runs / "runs" / "lora" / "checkpoints" / "step00000004")
+    keys = {k for k in two if k.startswith("models.")}
+    assert keys and keys == {k for k in one if k.startswith("models.")}
+    run_cli(["eval", str(runs / "runs" / "lora")], runs)
+    ev = json.loads((runs / "runs" / "lora" / "eval" / "step00000004" / "eval.json").read_text())
+    assert ev["step"] == 4 and ev["pass@1"] == summary(runs / "runs" / "lora")["eval"]["pass@1"]
