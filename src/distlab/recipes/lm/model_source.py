@@ -183,8 +183,8 @@ def load_causal_lm(
 
     ``lora_r > 0`` wraps the model with LoRA adapters on the attention and MLP projections (only the
     adapters train) and names the frozen base on it (``checkpoint.FROZEN_BASE_ATTR``), so the run's checkpoints
-    hold the adapters alone and a restore over another base is refused; ``gradient_checkpointing`` recomputes each decoder layer in backward
-    (non-reentrant, so it composes with FSDP2 and LoRA). ``seed`` only matters for ``tiny:`` models.
+    hold the adapters alone and a restore over another base is refused; ``gradient_checkpointing`` recomputes
+    each decoder layer in backward (non-reentrant, so it composes with FSDP2 and LoRA). ``seed`` only matters for ``tiny:`` models.
     ``gguf_cache=False`` reads a GGUF file directly every time instead of the converted copy.
     """
     from distlab.optim_state import import_torchao_quietly
