@@ -65,3 +65,17 @@ def test_several_processes_refuse_a_session_reward_before_starting(here):
     with pytest.raises(DistlabError, match="the 2 processes the launcher starts cannot import it"):
         train("grpo", {**TINY, "steps": 1}, procs=2, reward_funcs=[lambda prompt, completion, task: 1.0])
     assert not (here / "runs").exists() or not any((here / "runs").glob("grpo-*"))
+
+
+def test_the_readme_python_example_runs_as_written(here):
+    """The README's "From Python (notebooks)" example, run verbatim (its smoke=True keeps it to a few minutes)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### From Python (notebooks)"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert scope["summary"]["status"] == "completed" and scope["summary"]["step"] == 2
+    assert "pass@1" in scope["summary"]["eval"]
