@@ -102,6 +102,16 @@ def cmd_eval(a: argparse.Namespace, extra: list[str]) -> int:
     return evaluate_run(Path(a.target), _split_unknown(extra), _launch_opts(a), out, memory_check=_memory_check())
 
 
+
+def _installed_recipes() -> str:
+    """The recipes' names for ``distlab --help``, from the entry points (no recipe module is imported)."""
+    from distlab.recipe import recipe_names
+
+    try:
+        return ", ".join(recipe_names())
+    except DistlabError:
+        return "none installed"
+
 def _memory_check():
     """The doctor's memory verdict, which the ``train`` and ``eval`` commands (and so every run of ``suite run``)
     apply before a run starts; the launcher itself, a core module, never imports the doctor."""
@@ -142,7 +152,8 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="distlab", description="Train reasoning and RL models on 1 CPU to many GPUs "
                                 "with the same command.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    t = sub.add_parser("train", help="train a recipe (hrm, ppo, toy): distlab train hrm key=value ... --gpus N",
+    t = sub.add_parser("train", help=f"train a recipe ({_installed_recipes()}): distlab train hrm key=value ... "
+                       "--gpus N",
                        epilog="distlab train RECIPE --help also lists the recipe's presets and every config key "
                               "(type, default, meaning); distlab recipes lists the recipes.")
     t.add_argument("recipe")

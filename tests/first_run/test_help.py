@@ -45,6 +45,10 @@ def test_top_level_help_lists_the_commands_recipes_add(tmp_path) -> None:
     for command in ("train", "eval", "export", "recipes", "data", "doctor", "bench", "suite", "backtest",
                     "sandbox"):
         assert f"    {command}" in out, out
+    from distlab.recipe import recipe_names
+
+    listed = " ".join(out.split())  # argparse wraps the help column
+    assert f"train a recipe ({', '.join(recipe_names())})" in listed, out  # every installed recipe, none stale
 
 
 def test_recipe_commands_still_run(tmp_path) -> None:
