@@ -21,19 +21,19 @@ STEPS = (100, 200, 300)
 
 
 def make_run(root: Path, exp: str, seed: int, final: float, token: float, token_key: str = "token_accuracy",
-             finished: bool = True) -> Path:
+             finished: bool = True, seconds_key: str = "gpu_seconds") -> Path:
     """Eval accuracy ramps linearly to ``final``; FLOPs 1e12 and 0.5 GPU-seconds per step."""
     run = root / exp / f"seed{seed}"
     run.mkdir(parents=True)
     lines = [json.dumps({"step": s, "split": "train", "time_s": s * 0.1, "loss": 1.0 / s}) for s in STEPS]
     for s in STEPS:
         lines.append(json.dumps({"step": s, "split": "eval", "time_s": s * 0.1, "exact_accuracy": final * s / 300,
-                                 token_key: token, "pass@1": final, "flops": s * 1e12, "gpu_seconds": s * 0.5}))
+                                 token_key: token, "pass@1": final, "flops": s * 1e12, seconds_key: s * 0.5}))
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     (run / "config.yaml").write_text(f"seed: {seed}\n")
     (run / "manifest.json").write_text(json.dumps({"recipe": "hrm"}))  # hrm declares exact/token acc, pass@k
     if finished:
-        summary = {"exact_accuracy": final, token_key: token, "pass@1": final, "flops": 300e12, "gpu_seconds": 150.0,
+        summary = {"exact_accuracy": final, token_key: token, "pass@1": final, "flops": 300e12, seconds_key: 150.0,
                    "by_difficulty": [{"bucket": "easy", "count": 40, "exact_accuracy": min(1.0, final + 0.1)},
                                      {"bucket": "hard", "count": 10, "exact_accuracy": final - 0.2}]}
         (run / "summary.json").write_text(json.dumps(summary))
@@ -215,3 +215,19 @@ def test_the_starting_models_evaluation_is_the_curves_first_point(tmp_path):
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     data = read_run(run, "exp", 0)
     assert [(r["step"], r["pass@1"]) for r in data.evals] == [(0, 0.3), (80, 0.6)]
+
+
+@pytest.mark.parametrize("seconds_key, unit", [("gpu_seconds", "GPU-seconds"), ("device_seconds", "device-seconds")])
+def test_cost_is_in_gpu_seconds_only_when_the_runs_trained_on_gpus(tmp_path, seconds_key, unit):
+    """CPU runs log device_seconds (processes x wall time) only: the report must not call that GPU time."""
+    root = tmp_path / "experiment_results" / "toy"
+    for exp in ("base", "better"):
+        for seed in range(2):
+            make_run(root, exp, seed, 0.5 + 0.1 * seed, 0.9, seconds_key=seconds_key)
+    (root / "suite.yaml").write_text("name: toy\nbaseline: base\nexperiments: {base: {}, better: {}}\n")
+    text = build_report(root, tmp_path / "rep", thresholds=(0.25,)).read_text()
+    assert f"| {unit} |" in text and f"{unit.replace('seconds', 's')} to 0.25" in text
+    other = "device-seconds" if unit == "GPU-seconds" else "GPU-seconds"
+    assert other not in text and other.replace("seconds", "s ") not in text
+    cost = json.loads((tmp_path / "rep" / "report.json").read_text())["experiments"]["base"]["cost"]
+    assert cost["gpu_seconds"]["mean"] == pytest.approx(150.0)  # the same cost either way, only its name differs

@@ -195,6 +195,7 @@ def _cost(runs: list[RunData], fraction: str | None) -> dict[str, Any]:
     seconds = [r.final("gpu_seconds") if not math.isnan(r.final("gpu_seconds")) else r.final("device_seconds")
                for r in runs]
     out = {"flops": asdict(summarize(flops)), "gpu_seconds": asdict(summarize(seconds)),
+           "on_gpus": all(not math.isnan(r.final("gpu_seconds")) for r in runs),
            "steps": asdict(summarize(r.final("step") if math.isfinite(r.final("step")) else r.final("steps")
                                      for r in runs)),
            "examples_per_s": asdict(summarize(r.examples_per_s for r in runs))}
@@ -378,8 +379,17 @@ def _tests_section(res: dict[str, Any], order: list[str], base: str, shown: Repo
     return [Heading(f"Tests against {base}"), Table(["experiment", "test", *[f"p ({m})" for m in metrics]], rows)]
 
 
+def _seconds_label(res: dict[str, Any], order: list[str], short: bool = False) -> str:
+    """GPU-seconds only when every run trained on GPUs; otherwise device-seconds (processes x wall time)."""
+    gpus = all(res[n]["cost"].get("on_gpus", False) for n in order)
+    if short:
+        return "GPU-s" if gpus else "device-s"
+    return "GPU-seconds" if gpus else "device-seconds"
+
+
 def _efficiency_section(res: dict[str, Any], order: list[str], thresholds: list[float], metric: str) -> list[Block]:
-    headers = ["experiment", *[f"steps to {t:g}" for t in thresholds], *[f"GPU-s to {t:g}" for t in thresholds]]
+    unit = _seconds_label(res, order, short=True)
+    headers = ["experiment", *[f"steps to {t:g}" for t in thresholds], *[f"{unit} to {t:g}" for t in thresholds]]
     rows = []
     for n in order:
         eff = res[n]["efficiency"]
@@ -402,10 +412,12 @@ def _cost_section(res: dict[str, Any], order: list[str], shown: ReportMetrics) -
             zero = f" ({c['zero_accuracy_seeds']} seeds at 0% excluded)" if c["zero_accuracy_seeds"] else ""
             row.append(fmt_ci(c["flops_per_point"], fmt=".3g") + zero)
         rows.append(row)
+    unit = _seconds_label(res, order)
     text = ("Optimizer steps, training examples/s per run (median after the first third of training, so "
-            "compilation is left out), training FLOPs and GPU-seconds at the end of training" + (
+            f"compilation is left out), training FLOPs and {unit} at the end of training" + (
+                " (processes x wall time: these runs did not all train on GPUs)" if unit != "GPU-seconds" else "") + (
                 f"; cost = FLOPs per percentage point of final {_label(shown.primary)}." if per_point else "."))
-    headers = ["experiment", "steps", "examples/s per run", "training FLOPs", "GPU-seconds"] + (
+    headers = ["experiment", "steps", "examples/s per run", "training FLOPs", unit] + (
         [f"FLOPs per {_label(shown.primary)} point"] if per_point else [])
     return [Heading("Computational cost"), Para(text), Table(headers, rows)]
 
