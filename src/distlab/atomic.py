@@ -30,10 +30,23 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     os.close(fd)
     try:
         yield Path(tmp)
+        # mkstemp makes the file private (0600); the result gets the permissions any new file would get here
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _read_umask() -> int:
+    """The process's umask, read by setting and restoring it (POSIX has no getter): done once, at import, before
+    any thread of ours could create a file in between."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
