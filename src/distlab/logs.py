@@ -361,7 +361,9 @@ class Throughput:
 def metrics_table(title: str, metrics: dict[str, Any]) -> str:
     """The numeric entries of ``metrics`` as a two-column text table (rich), for a person to read.
 
-    Nested values (per-difficulty rows, task lists) and booleans are left out: they have their own files.
+    Nested values (per-difficulty rows, task lists) and booleans are left out: they have their own files. A metric
+    logged with its interval (``x``, ``x_low``, ``x_high``) is one row, ``x [low, high]``; large counts (FLOPs)
+    are shown in 4 significant digits.
     """
     from rich.console import Console
     from rich.table import Table
@@ -369,15 +371,28 @@ def metrics_table(title: str, metrics: dict[str, Any]) -> str:
     table = Table(title=title, show_header=True, header_style="bold", title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key, value in metrics.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+    numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    bounds = {k for k in numbers if k.endswith(("_low", "_high")) and
+              k.rsplit("_", 1)[0] + "_low" in numbers and k.rsplit("_", 1)[0] + "_high" in numbers and
+              k.rsplit("_", 1)[0] in numbers}
+    for key, value in numbers.items():
+        if key in bounds:
             continue
-        text = "n/a" if isinstance(value, float) and value != value else (
-            f"{value:.4g}" if isinstance(value, float) else str(value))
+        text = _number(value)
+        if f"{key}_low" in bounds:
+            text += f" [{_number(numbers[key + '_low'])}, {_number(numbers[key + '_high'])}]"
         table.add_row(key, text)
     console = Console(width=100, record=True, file=io.StringIO(), color_system=None)
     console.print(table)
     return console.export_text().rstrip()
+
+
+def _number(value: float | int) -> str:
+    if isinstance(value, float) and value != value:
+        return "n/a"
+    if isinstance(value, float) or abs(value) >= 10**7:
+        return f"{value:.4g}"
+    return str(value)
 
 
 def log_metrics_table(title: str, metrics: dict[str, Any]) -> None:

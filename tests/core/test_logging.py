@@ -41,3 +41,19 @@ def test_a_run_ends_with_a_closing_report(tmp_path):
                    "eval_examples=16", "log.progress=false", "run.name=cut", "run.stop_at=2"], tmp_path)
     assert "run cut preempted: step 2 of " in cut.stderr + cut.stdout
     assert "resume: distlab train toy" in cut.stderr + cut.stdout
+
+
+def test_closing_table_folds_intervals_into_one_row_and_shortens_large_counts() -> None:
+    from distlab.logs import metrics_table
+
+    text = metrics_table("final evaluation", {"pass@1": 0.25, "pass@1_low": 0.1, "pass@1_high": 0.4,
+                                              "n_problems": 64, "flops": 320_000_000_000_000, "lonely_low": 0.5,
+                                              "acc": float("nan"), "nested": {"a": 1}})
+    rows = [line for line in text.splitlines() if line.startswith("│")]
+    assert any("pass@1" in r and "0.25 [0.1, 0.4]" in r for r in rows)
+    assert not any("pass@1_low" in r or "pass@1_high" in r for r in rows)  # folded, not repeated
+    assert any("flops" in r and "3.2e+14" in r for r in rows)
+    assert any("n_problems" in r and r.rstrip("│ ").endswith("64") for r in rows)
+    assert any("lonely_low" in r for r in rows)  # a bound without its metric stays a row of its own
+    assert any("acc" in r and "n/a" in r for r in rows) and not any("nested" in r for r in rows)
+    assert len(rows) == 5
