@@ -157,3 +157,35 @@ def test_force_reaches_every_run_of_a_suite(tmp_path, monkeypatch, capsys):
                  "--out", "sl", "--force"]) == 0
     scripts = list((tmp_path / "sl").glob("*.sbatch"))
     assert scripts and all("train hrm --procs 1 --force " in s.read_text() for s in scripts)
+
+
+def test_only_runs_the_named_experiments_and_names_an_unknown_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["suite", "run", "hierarchical", "--smoke", "--seeds", "2", "--dry-run", "--procs", "1",
+                 "--only", "H4xL2,H1xL1"]) == 0
+    out = capsys.readouterr().out
+    names = [Path(_ovr(argv)["run.dir"]).name for argv in _commands(out)]
+    assert names == ["H1xL1", "H1xL1", "H4xL2", "H4xL2"]  # the suite's order, every seed
+    assert "2 experiments, 4 runs" in out
+    assert main(["suite", "slurm", "hierarchical", "--smoke", "--seeds", "1", "--only", "H2xL4",
+                 "--out", str(tmp_path / "s")]) == 0
+    assert sorted(p.name for p in (tmp_path / "s").glob("*.sbatch")) == ["H2xL4.sbatch"]
+    for bad, words in (("H1xL9", ["no experiment 'H1xL9'", "did you mean", "H1xL1"]), ("H1xL1,", ["empty name"])):
+        assert main(["suite", "run", "hierarchical", "--smoke", "--dry-run", "--only", bad]) == 2
+        err = capsys.readouterr().err
+        assert all(w in err for w in words) and "Traceback" not in err, err
+
+
+def test_suite_list_names_every_shipped_suite_and_one_suites_experiments(capsys):
+    assert main(["suite", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in shipped_suites():
+        suite = load_suite(name)
+        line = next(ln for ln in out.splitlines() if ln.split()[:1] == [name])
+        assert suite.recipe in line and f"{len(suite.experiments)} experiments" in line
+    assert main(["suite", "list", "hierarchical"]) == 0
+    out = capsys.readouterr().out
+    assert "baseline H2xL2" in out and "H2xL2 *" in out
+    rows = [ln.split()[0] for ln in out.splitlines()[1:]]
+    assert rows == list(load_suite("hierarchical").experiments)
+    assert "arch.H_cycles=4 arch.L_cycles=2" in next(ln for ln in out.splitlines() if ln.split()[:1] == ["H4xL2"])

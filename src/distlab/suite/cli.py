@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 # tuned for one device, so N devices run a global batch N times larger with lr * sqrt(N)
 SCALE_DEFAULTS = {"scale.batch": "linear", "scale.lr": "sqrt"}
 RUN_FLAGS = ["--seeds", "--gpus", "--procs", "--parallel", "--smoke", "--scale", "--dry-run", "--root", "--logs",
-             "--no-report", "--create-slurm", "--test", "--force"]
+             "--no-report", "--create-slurm", "--test", "--force", "--only"]
 SLURM_FLAGS = ["--out", "--gpus-per-node", "--nodes", "--cpus-per-task", "--mem", "--cpus-per-gpu", "--mem-per-gpu",
                "--setup", "--time", "--partition", "--account", "--python", "--signal-s"]
 # defaults of the SLURM options; 'suite run' parses them as None so that one given without --create-slurm is seen
@@ -66,6 +67,10 @@ def register(subparsers) -> None:
     rep.add_argument("--root", default="experiment_results", help="results root (default experiment_results)")
     rep.add_argument("--test", choices=("welch", "paired", "exact"), default="welch")
     rep.set_defaults(func=cmd_report)
+    lst = sub.add_parser("list", help="the shipped suites (recipe, experiments, what each asks), or one suite's "
+                                      "experiments and their settings")
+    lst.add_argument("target", nargs="?", help="a suite name or YAML file: list its experiments")
+    lst.set_defaults(func=cmd_list)
     suite.set_defaults(func=lambda a: _usage(suite))
 
 
@@ -82,6 +87,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     size.add_argument("--smoke", action="store_const", dest="scale", const="smoke",
                       help="tiny settings from the suite's smoke blocks (CPU); same as --scale smoke")
     p.add_argument("--root", default="experiment_results", help="results root (default experiment_results)")
+    p.add_argument("--only", type=_names_arg, metavar="EXP[,EXP...]", help="only these experiments (names as "
+                   "'distlab suite list SUITE' prints them); the report compares with the baseline where its "
+                   "results exist")
     p.add_argument("--force", action="store_true", help="start every run even where the doctor's memory estimate "
                    "says it cannot fit (passed to each 'distlab train')")
 
@@ -119,6 +127,13 @@ def _slurm_defaults(a: argparse.Namespace) -> argparse.Namespace:
     return a
 
 
+def _names_arg(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise DistlabError(f"--only {text!r} has an empty name; give experiment names like base,no_act")
+    return names
+
+
 def _seeds_arg(text: str) -> int | list[int]:
     """A seed count K (seeds 0..K-1) or a list; an empty item or a negative seed is a typo, never skipped."""
     fix = "give a count like 3 or a list of seeds 0 or more like 0,3,7"
@@ -152,10 +167,11 @@ def _extra_overrides(extra: Sequence[str], flags: Sequence[str]) -> dict[str, st
     return out
 
 
-def _load(target: str, extra: Sequence[str], flags: Sequence[str]) -> Suite:
+def _load(target: str, extra: Sequence[str], flags: Sequence[str], only: Sequence[str] | None = None) -> Suite:
     from distlab.suite.spec import load_suite
 
-    return load_suite(target).layered(SCALE_DEFAULTS, _extra_overrides(extra, flags))
+    suite = load_suite(target).layered(SCALE_DEFAULTS, _extra_overrides(extra, flags))
+    return suite.only(only) if only else suite
 
 
 def _check_runs(suite: Suite, seeds, scale: str | None, root: str) -> None:
@@ -191,7 +207,8 @@ def cmd_slurm(a: argparse.Namespace, extra: list[str]) -> int:
     from distlab.slurm import per_gpu
     from distlab.suite.slurm import scale_line, write_slurm_scripts
 
-    suite = _load(a.suite, extra, ["--procs", *SLURM_FLAGS, "--seeds", "--smoke", "--scale", "--root", "--force"])
+    suite = _load(a.suite, extra, ["--procs", *SLURM_FLAGS, "--seeds", "--smoke", "--scale", "--root", "--force",
+                                   "--only"], a.only)
     _check_runs(suite, a.seeds, a.scale, a.root)
     bundle = write_slurm_scripts(suite, a.out, gpus_per_node=a.gpus_per_node, nodes=a.nodes,
                                  cpus_per_task=a.cpus_per_task, mem=a.mem, time=a.time, seeds=a.seeds,
@@ -213,6 +230,28 @@ def _relative(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+# ----------------------------------------------------------------------------------------------- list
+
+def cmd_list(a: argparse.Namespace) -> int:
+    """The shipped suites, or one suite's experiments with the settings each changes from the recipe's."""
+    from distlab.suite.spec import load_suite, shipped_suites
+
+    if a.target is None:
+        print("shipped suites (distlab suite list NAME shows one's experiments):")
+        for name in shipped_suites():
+            suite = load_suite(name)
+            about = re.split(r"(?<=[.?])\s", " ".join(suite.description.split()), maxsplit=1)[0]  # first sentence
+            print(f"  {name:<20} {suite.recipe:<6} {len(suite.experiments):>3} experiments  {about}")
+        return 0
+    suite = load_suite(a.target)
+    print(f"suite {suite.name} (recipe {suite.recipe}, baseline {suite.baseline}, scales: "
+          f"{', '.join(suite.scales) or 'none'}):")
+    for name, exp in suite.experiments.items():
+        settings = " ".join(f"{k}={v}" for k, v in exp.overrides.items()) or "(the recipe's defaults)"
+        print(f"  {name + (' *' if name == suite.baseline else ''):<24} {settings}")
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------- report
@@ -279,7 +318,7 @@ def cmd_run(a: argparse.Namespace, extra: list[str]) -> int:
                            f"suite slurm'), or drop {'them' if len(given) > 1 else 'it'} to run here")
     from distlab.suite.runner import device_slots, plan, print_plan, run_suite, visible_gpus
 
-    suite = _load(a.suite, extra, [*RUN_FLAGS, *SLURM_FLAGS])
+    suite = _load(a.suite, extra, [*RUN_FLAGS, *SLURM_FLAGS], a.only)
     _check_runs(suite, a.seeds, a.scale, a.root)
     slots = device_slots(a.gpus, a.procs, a.parallel, visible_gpus() if a.procs is None else [])
     jobs = plan(suite, a.seeds, a.scale, Path(a.root), Path(a.logs), slots, force=a.force)

@@ -99,6 +99,16 @@ class Suite:
                 specs.append(RunSpec(exp, seed, base + extra, out_dir))
         return specs
 
+    def only(self, names: Iterable[str]) -> Suite:
+        """A copy with just the named experiments (``--only``), in the suite's order; an unknown name is refused
+        with the known ones, never skipped. The baseline stays the suite's: the report compares with it where its
+        results exist."""
+        names = list(names)
+        for name in names:
+            self.resolved(name)  # the one-line refusal with did-you-mean
+        keep = {n: e for n, e in self.experiments.items() if n in names}
+        return Suite(self.name, self.description, self.recipe, self.baseline, keep)
+
     def layered(self, defaults: Mapping[str, Any] | None = None,
                 forced: Mapping[str, Any] | None = None) -> Suite:
         """A copy whose every experiment (at every scale) sits on ``defaults`` and under ``forced``.
