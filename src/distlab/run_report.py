@@ -32,9 +32,10 @@ def closing_report(summary: dict[str, Any], run_dir: Path, wall_s: float, comman
                  + (", " + ", ".join(plots) if plots else "") + ")")
     # a recipe without `distlab eval` names its own way to judge a run, or none ("evaluate_with": None)
     evaluate_with = summary.get("evaluate_with", f"distlab eval {shlex.quote(str(run_dir))}")
-    if status == "completed" and evaluate_with:
-        lines.append(f"evaluate again: {evaluate_with}")
-    elif command:
+    if status == "completed":
+        if evaluate_with:
+            lines.append(f"evaluate again: {evaluate_with}")
+    elif command:  # a finished run has nothing to resume: the line is for runs that stopped early
         lines.append(f"resume: {command}")
     return "\n".join(lines)
 

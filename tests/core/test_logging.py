@@ -41,6 +41,19 @@ def test_a_run_ends_with_a_closing_report(tmp_path):
                    "eval_examples=16", "log.progress=false", "run.name=cut", "run.stop_at=2"], tmp_path)
     assert "run cut preempted: step 2 of " in cut.stderr + cut.stdout
     assert "resume: distlab train toy" in cut.stderr + cut.stdout
+    assert "resume:" not in text  # a completed run has nothing to resume
+
+
+def test_a_completed_run_without_an_evaluation_command_offers_no_resume(tmp_path):
+    """PPO judges a run with its own commands (``evaluate_with`` None): its closing block ends at the folder."""
+    from distlab.run_report import closing_report
+
+    done = closing_report({"status": "completed", "step": 2, "steps": 2, "step_unit": "update",
+                           "evaluate_with": None}, tmp_path / "p", 2.0, "distlab train ppo run.name=p")
+    assert "update 2 of 2" in done and "resume:" not in done and "evaluate again" not in done
+    cut = closing_report({"status": "preempted", "step": 1, "steps": 2, "evaluate_with": None}, tmp_path / "p",
+                         1.0, "distlab train ppo run.name=p")
+    assert cut.splitlines()[-1] == "resume: distlab train ppo run.name=p"
 
 
 def test_closing_table_folds_intervals_into_one_row_and_shortens_large_counts() -> None:
