@@ -161,6 +161,15 @@ def ranks_per_node(nproc: int, opts: LaunchOptions, recipe_name: str, presets: l
 MemoryCheck = Callable[[Any, Any, list, list, int, LaunchOptions, bool], None]
 
 
+def rerun_command(argv: list[str]) -> str:
+    """The command that reruns (resumes) this run, as the manifest and the closing line print it. A ``PYTHONPATH``
+    the launch had goes in front: a user's reward module (``reward_funcs=[my_pkg.rewards:score]``) is found through
+    it, and a resume without it would stop at the import."""
+    command = shlex.join(["distlab", *argv])
+    path = os.environ.get("PYTHONPATH", "")
+    return f"PYTHONPATH={shlex.quote(path)} {command}" if path else command
+
+
 def train(recipe_name: str, presets: list[str], overrides: list[str], opts: LaunchOptions,
           eval_checkpoint: Path | None = None, eval_output: Path | None = None,
           memory_check: MemoryCheck | None = None, cmdline: str | None = None) -> int:
@@ -181,7 +190,7 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
         memory_check(recipe, cfg, presets, overrides, nproc, opts, eval_checkpoint is not None)
     # the run name is fixed here so that every restart (and every node) lands in the same directory
     overrides = [*overrides, f"run.name={cfg.run.name}"]
-    os.environ["DISTLAB_CMDLINE"] = cmdline or shlex.join(["distlab", *sys.argv[1:]])
+    os.environ["DISTLAB_CMDLINE"] = cmdline or rerun_command(sys.argv[1:])
     worker_args = worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint, eval_output)
     single = nproc * opts.nodes == 1 and opts.max_restarts == 0
     if not single and opts.master_port and opts.nodes == 1 and not port_is_free(opts.master_port):

@@ -28,6 +28,13 @@ def test_eta_reads_in_minutes_and_hours():
         "0 s", "59 s", "1 min 0 s", "7 min 2 s", "59 min 59 s", "3 h 49 min"]
 
 
+def _pythonpath_prefix() -> str:
+    import os
+    import shlex
+
+    return f"PYTHONPATH={shlex.quote(os.environ['PYTHONPATH'])} " if os.environ.get("PYTHONPATH") else ""
+
+
 def test_a_run_ends_with_a_closing_report(tmp_path):
     from clitools import run_cli
 
@@ -40,7 +47,7 @@ def test_a_run_ends_with_a_closing_report(tmp_path):
     cut = run_cli(["train", "toy", "steps=4", "log.every=1", "num_examples=64", "global_batch_size=8", "d_model=16",
                    "eval_examples=16", "log.progress=false", "run.name=cut", "run.stop_at=2"], tmp_path)
     assert "run cut preempted: step 2 of " in cut.stderr + cut.stdout
-    assert "resume: distlab train toy" in cut.stderr + cut.stdout
+    assert "resume: distlab train toy" in (cut.stderr + cut.stdout).replace(_pythonpath_prefix(), "")
     assert "resume:" not in text  # a completed run has nothing to resume
 
 
@@ -70,3 +77,13 @@ def test_closing_table_folds_intervals_into_one_row_and_shortens_large_counts() 
     assert any("lonely_low" in r for r in rows)  # a bound without its metric stays a row of its own
     assert any("acc" in r and "n/a" in r for r in rows) and not any("nested" in r for r in rows)
     assert len(rows) == 5
+
+
+def test_the_resume_line_keeps_the_pythonpath_a_users_reward_module_needs(tmp_path):
+    from clitools import run_cli
+
+    cut = run_cli(["train", "toy", "steps=4", "num_examples=64", "global_batch_size=8", "d_model=16",
+                   "eval_examples=16", "log.progress=false", "run.name=pp", "run.stop_at=2"], tmp_path,
+                  env={"PYTHONPATH": "my code"})
+    line = next(ln for ln in (cut.stderr + cut.stdout).splitlines() if ln.startswith("resume:"))
+    assert line.startswith("resume: PYTHONPATH='my code' distlab train toy ")
