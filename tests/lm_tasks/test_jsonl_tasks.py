@@ -33,6 +33,17 @@ def test_both_layouts_load_as_tasks(tmp_path):
     assert tasks[1].prompt == "Write a function inc(x) that returns x + 1."  # the user turn, not the system one
 
 
+def test_a_visible_test_is_shown_in_the_prompt_once(tmp_path):
+    rows = [{"prompt": "Write double(x).", "tests": "assert double(2) == 4\nassert double(0) == 0",
+             "visible_test": "assert double(2) == 4"},
+            {"prompt": "Write inc(x). Example: assert inc(1) == 2", "tests": "assert inc(1) == 2",
+             "visible_test": "assert inc(1) == 2"}]
+    added, kept = load_tasks(str(_write(tmp_path / "vis.jsonl", rows)), "train")
+    assert added.prompt == "Write double(x).\nYour code should pass this test:\nassert double(2) == 4"
+    assert kept.prompt == rows[1]["prompt"]  # already shown: not repeated
+    assert "assert double(2) == 4" in text_prompt(added)  # what the policy reads
+
+
 def test_a_row_with_an_answer_and_no_tests_is_a_math_problem(tmp_path):
     rows = [{"prompt": "What is 2 + 3?", "answer": 5, "solution": "2 + 3 = 5."},
             {"prompt": [{"role": "user", "content": "Half of 3?"}], "answer": "3/2", "task_id": "half"},

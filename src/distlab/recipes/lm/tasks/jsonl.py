@@ -41,6 +41,14 @@ def _prompt(value: Any, where: str) -> str:
                        f"user turn")
 
 
+def with_visible_test(prompt: str, visible_test: str) -> str:
+    """The prompt showing its ``visible_test``: added after the problem, in MBPP's words, unless the prompt already
+    holds it (the built-in sets write it into their prompts, so their tasks and digests are unchanged)."""
+    if not visible_test.strip() or visible_test.strip() in prompt:
+        return prompt
+    return f"{prompt.rstrip()}\nYour code should pass this test:\n{visible_test.strip()}"
+
+
 def _tests(value: Any, where: str) -> str:
     """Python run after the program: a string, or a list of statements (MBPP's ``test_list``) joined by lines."""
     if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
@@ -92,7 +100,8 @@ def task_from_row(row: Any, where: str, default_id: str, source: str = "jsonl") 
     if missing:
         raise DistlabError(f"{where}: missing {', '.join(repr(k) for k in missing)} (each line needs {NEEDS})")
     extra = _optional(row, where)
-    fields = dict(task_id=extra.get("task_id", default_id), prompt=_prompt(row["prompt"], where),
+    prompt = with_visible_test(_prompt(row["prompt"], where), extra.get("visible_test", ""))
+    fields = dict(task_id=extra.get("task_id", default_id), prompt=prompt,
                   entry_point=extra.get("entry_point"), visible_test=extra.get("visible_test", ""),
                   source=extra.get("source", source), solution=extra.get("solution", ""))
     if math:
