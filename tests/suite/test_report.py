@@ -141,6 +141,23 @@ def test_suite_snapshot_gives_baseline_and_order(tmp_path):
     assert "## Tests against ref" in md
 
 
+def test_planned_runs_that_never_started_are_listed(tmp_path):
+    spec = tmp_path / "abl.yaml"
+    spec.write_text("recipe: hrm\nbaseline: ref\nexperiments: {zeta: {lr: 1}, ref: {}}\n")
+    root = tmp_path / "experiment_results" / "abl"
+    for exp in ("zeta", "ref"):
+        for seed in range(2):
+            make_run(root, exp, seed, 0.3 + 0.1 * seed, 0.9)
+    planned = [f"{e}/seed{k}" for e in ("zeta", "ref") for k in range(3)]  # seed2 of each never got a folder
+    load_suite(spec).write_snapshot(root, planned=planned)
+    md = build_report(root).read_text()
+    data = json.loads((root / "report" / "report.json").read_text())
+    assert data["never_started"] == ["zeta/seed2", "ref/seed2"]
+    assert "## Planned runs that never started" in md and "2 run(s)" in md and "zeta/seed2, ref/seed2" in md
+    load_suite(spec).write_snapshot(root, planned=planned[:2] + planned[3:5])  # every planned run has a folder
+    assert "never started" not in build_report(root).read_text()
+
+
 def test_clear_errors(tmp_path):
     with pytest.raises(DistlabError, match="does not exist"):
         build_report(tmp_path / "missing")

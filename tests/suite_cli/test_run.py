@@ -47,7 +47,9 @@ def test_suite_runs_reports_its_own_numbers_and_resumes(tmp_path, tiny_suite, cl
         assert cfg["scale"] == {"batch": "linear", "lr": "sqrt", "base_world_size": 1}
         log = (tmp_path / "logs" / "tiny" / f"{exp}-seed{seed}.log").read_text()
         assert f"run.seed={seed}" in log and "eval @4" in log
-    assert yaml.safe_load((tmp_path / "res" / "tiny" / "suite.yaml").read_text())["baseline"] == "base"
+    snapshot = yaml.safe_load((tmp_path / "res" / "tiny" / "suite.yaml").read_text())
+    assert snapshot["baseline"] == "base"
+    assert sorted(snapshot["planned"]) == sorted(f"{e}/seed{s}" for e in EXPERIMENTS for s in (0, 1))
     assert len({summaries[k]["train"]["loss"] for k in summaries}) == 4  # seeds and lr change the run
 
     report = (tmp_path / "res" / "tiny" / "report" / "report.md").read_text()

@@ -135,7 +135,9 @@ def build_report(suite_dir: str | os.PathLike, out_dir: str | os.PathLike | None
             "report_metrics": {"names": list(shown.names), "percent": sorted(shown.percent),
                                "primary": shown.primary, "source": shown.source},
             "scale": meta.get("scale"), "placement": meta.get("placement"),
-            "experiments": results, "unfinished": [str(p) for p in runs.unfinished]}
+            "experiments": results, "unfinished": [str(p) for p in runs.unfinished],
+            # planned by the last `suite run` (suite.yaml) but no folder at all: a run that never started
+            "never_started": [p for p in meta.get("planned", []) if not (suite_dir / p).exists()]}
     blocks = _document(data, order, figures, meta.get("description", ""), shown)
     atomic_write_text(out / "report.json", json.dumps(_jsonable(data), indent=2))
     atomic_write_text(out / "report.html", to_html(blocks, f"distlab suite report: {data['suite']}"))
@@ -332,6 +334,11 @@ def _document(data: dict[str, Any], order: list[str], figs: dict[str, str], desc
     if data["unfinished"]:
         blocks += [Heading("Unfinished runs"), Para("Not included (no summary.json, or stopped early): "
                                                     + ", ".join(data["unfinished"]))]
+    if data.get("never_started"):
+        blocks += [Heading("Planned runs that never started"),
+                   Para(f"{len(data['never_started'])} run(s) the last `suite run` planned have no folder (not "
+                        "started: stopped before their turn, or their launch failed; see the suite's logs): "
+                        + ", ".join(data["never_started"]))]
     return blocks
 
 

@@ -64,7 +64,8 @@ def run_suite(suite: Suite, jobs: Sequence[Job], slots: Sequence[Slot], root: Pa
     """Record the suite beside its results (for the report), then run every unfinished job."""
     suite_dir = Path(root) / suite.name
     suite_dir.mkdir(parents=True, exist_ok=True)
-    suite.write_snapshot(suite_dir, scale, placement_of(slots))
+    planned = [str(Path(j.out_dir).relative_to(suite_dir)) for j in jobs if Path(j.out_dir).is_relative_to(suite_dir)]
+    suite.write_snapshot(suite_dir, scale, placement_of(slots), planned)
     return execute(suite.name, jobs, slots, env_for_children(slots, procs), steps_key=steps_key_of(suite.recipe))
 
 

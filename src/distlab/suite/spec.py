@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,23 +127,26 @@ class Suite:
                 for n, e in self.experiments.items()}
         return Suite(self.name, self.description, self.recipe, self.baseline, exps)
 
-    def snapshot(self, scale: str | None = None, placement: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Plain-data form: what the report reads back (baseline, experiment order) and states (the scale the
-        runs used, how many shared a device)."""
+    def snapshot(self, scale: str | None = None, placement: Mapping[str, Any] | None = None,
+                 planned: Sequence[str] = ()) -> dict[str, Any]:
+        """Plain-data form: what the report reads back (baseline, experiment order, the runs planned, as
+        ``EXP/seedK`` folders) and states (the scale the runs used, how many shared a device)."""
         out = {"name": self.name, "description": self.description, "recipe": self.recipe,
                "baseline": self.baseline, "scale": scale,
                "experiments": {n: self.resolved(n, scale) for n in self.experiments}}
         if placement:
             out["placement"] = dict(placement)
+        if planned:
+            out["planned"] = list(planned)
         return out
 
     def write_snapshot(self, suite_dir: str | os.PathLike, scale: str | None = None,
-                       placement: Mapping[str, Any] | None = None) -> Path:
+                       placement: Mapping[str, Any] | None = None, planned: Sequence[str] = ()) -> Path:
         """Write ``suite.yaml`` into the results folder so reports find the baseline without the source file."""
         from distlab.suite.document import atomic_write_text
 
         path = Path(suite_dir) / "suite.yaml"
-        atomic_write_text(path, yaml.safe_dump(self.snapshot(scale, placement), sort_keys=False))
+        atomic_write_text(path, yaml.safe_dump(self.snapshot(scale, placement, planned), sort_keys=False))
         return path
 
 
