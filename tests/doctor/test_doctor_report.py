@@ -71,6 +71,14 @@ def test_rich_render_shows_every_section(report) -> None:
                   "recommendations"):
         assert title in text
     assert f"(exit {report['exit_code']})" in text
+    if report["memory"] and "largest" in report["memory"]:
+        assert f"largest term (DDP): {report['memory']['largest']['term']}" in " ".join(text.split())
+
+
+def test_piped_render_is_not_cut_to_80_columns(report, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    render(report)  # no console given: the one the command uses, here writing to a pipe
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) > 80
 
 
 def test_busy_port_and_env_findings_reach_the_json(monkeypatch, capsys) -> None:

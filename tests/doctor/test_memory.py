@@ -47,6 +47,17 @@ def test_plan_recommends_smaller_batch_with_accumulation() -> None:
     assert "to 7" in plan["recommendation"] and "5 gradient-accumulation" in plan["recommendation"]
 
 
+def test_plan_names_the_largest_term_and_the_key_that_shrinks_it() -> None:
+    acts = plan_memory(ModelSpec("m", 1_000_000, activation_bytes_per_example=10_000_000, batch_per_device=32),
+                       capacity_bytes=100_000_000, world_size=2, device="test")["largest"]
+    assert acts == {"term": "activations", "bytes": 320_000_000,
+                    "shrink_with": "dist.activation_checkpointing=blocks, or dist.grad_accum=2 (half the examples "
+                                   "per pass)"}
+    opt = plan_memory(ModelSpec("m", 10_000_000, activation_bytes_per_example=1_000, batch_per_device=1),
+                      capacity_bytes=10 * GIB, world_size=4, device="test")["largest"]
+    assert opt["term"] == "optimizer" and opt["bytes"] == 80_000_000 and "dist.wrap=fsdp" in opt["shrink_with"]
+
+
 def test_plan_recommends_fsdp_when_only_sharded_state_fits() -> None:
     spec = ModelSpec("m", 10_000_000, activation_bytes_per_example=1_000, batch_per_device=1)  # 160 MB static
     plan = plan_memory(spec, capacity_bytes=100_000_000, world_size=4, device="test")

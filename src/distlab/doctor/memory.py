@@ -57,7 +57,24 @@ def plan_memory(spec: ModelSpec, *, capacity_bytes: int, world_size: int, device
         "fsdp": fsdp.to_dict(),
         "verdict": verdict,
         "recommendation": advice,
+        "largest": largest_term(ddp.to_dict()),
     }
+
+
+# the setting that shrinks each term of a rank's memory most, in distlab's own keys
+SHRINK_WITH = {
+    "params": "dist.wrap=fsdp (each rank holds 1/N of the weights), or a smaller model",
+    "grads": "dist.wrap=fsdp (gradients sharded like the weights)",
+    "optimizer": "dist.wrap=fsdp, or optim.state_dtype=bf16 (AdamW moments in bf16, where the recipe has it), "
+                 "or dist.cpu_offload=true",
+    "activations": "dist.activation_checkpointing=blocks, or dist.grad_accum=2 (half the examples per pass)",
+}
+
+
+def largest_term(breakdown: dict[str, Any]) -> dict[str, Any]:
+    """The biggest of a rank's four memory terms and the key that shrinks it: where a user should act first."""
+    term = max(SHRINK_WITH, key=lambda k: breakdown.get(k, 0))
+    return {"term": term, "bytes": int(breakdown.get(term, 0)), "shrink_with": SHRINK_WITH[term]}
 
 
 def _recommend(spec: ModelSpec, ddp: MemoryBreakdown, fsdp: MemoryBreakdown, usable: float,

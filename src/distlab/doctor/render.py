@@ -5,6 +5,7 @@ Rendering only reads the report dict that ``--json`` prints, so both views alway
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from rich.console import Console, Group
@@ -89,7 +90,12 @@ def _memory(report: dict[str, Any]) -> Panel | None:
     for key in ("params", "grads", "optimizer", "activations", "total"):
         table.add_row(key, _gib(plan["ddp"][key]), _gib(plan["fsdp"][key]))
     table.add_row("usable", _gib(plan["usable_bytes"]), _gib(plan["usable_bytes"]))
-    return Panel(Group(table, Text(plan["recommendation"])),
+    lines = [Text(plan["recommendation"])]
+    if plan.get("largest"):
+        big = plan["largest"]
+        lines.append(Text(f"largest term (DDP): {big['term']}, {_gib(big['bytes'])}; shrink it with "
+                          f"{big['shrink_with']}"))
+    return Panel(Group(table, *lines),
                  title=f"memory estimate: {plan['model']['name']} on {plan['device']}", expand=False)
 
 
@@ -133,7 +139,8 @@ def _recommendations(report: dict[str, Any]) -> Panel:
 
 def render(report: dict[str, Any], console: Console | None = None) -> None:
     """Print every section of ``report``; sections with nothing to say are left out."""
-    console = console or Console()
+    # piped (| less, > file) rich would cut every table to 80 columns: a wide default unless COLUMNS says otherwise
+    console = console or Console(width=shutil.get_terminal_size((140, 24)).columns)
     sections = [_versions(report), _host(report), _gpus(report), _topology(report)]
     if report["bandwidth"]["status"] != "skipped":
         sections.append(_bandwidth(report))
