@@ -307,7 +307,8 @@ def config_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
             typ = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
             shown = "(required)" if default is dataclasses.MISSING else default
         text = "null" if shown is None else ('""' if shown == "" else str(shown))
-        rows.append((prefix + f.name, typ, text, comments.get(f.name, "")))
+        # a config built at run time (make_dataclass) has no source lines: its fields carry metadata["help"]
+        rows.append((prefix + f.name, typ, text, f.metadata.get("help") or comments.get(f.name, "")))
     return rows
 
 

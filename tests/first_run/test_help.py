@@ -80,3 +80,18 @@ def test_unknown_recipe_help_is_one_line_error(tmp_path) -> None:
     proc = run_cli(["train", "hrmm", "--help"], tmp_path, check=False)
     assert proc.returncode == 2
     assert "did you mean hrm" in proc.stderr
+
+
+def test_every_ppo_key_and_backtest_option_says_what_it_does(tmp_path) -> None:
+    from distlab.recipes.ppo.config import HELP, PPORecipeConfig
+
+    out = run_cli(["train", "ppo", "--help"], tmp_path).stdout
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith("  ") and ln.split()}
+    own = [f.name for f in __import__("dataclasses").fields(PPORecipeConfig) if f.name in HELP]
+    assert len(own) >= 30
+    for key in own:
+        assert "  # " in lines[key] and HELP[key][:25] in lines[key], lines.get(key)
+    back = run_cli(["backtest", "--help"], tmp_path).stdout
+    for option, words in (("run_dir", "trained ppo run"), ("--start", "first trading day"),
+                          ("--end", "last trading day"), ("--out", "default")):
+        assert words in " ".join(back.split()), (option, back)

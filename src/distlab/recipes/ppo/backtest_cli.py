@@ -66,8 +66,10 @@ def cmd_backtest(a: argparse.Namespace, extra: list[str]) -> int:
 def register_commands(top, data_sub) -> None:  # noqa: ARG001 (PPO builds no datasets)
     """``distlab backtest``, added to the top-level command list by the ``ppo`` recipe."""
     b = top.add_parser("backtest", help="trade a trained PPO trading policy over a date range vs buy-and-hold")
-    b.add_argument("run_dir")
-    b.add_argument("--start", default="2016-01-01")
-    b.add_argument("--end", default=None)
-    b.add_argument("--out", default=None)
+    b.add_argument("run_dir", help="a trained ppo run with env=trading (its last checkpoint is used)")
+    b.add_argument("--start", default="2016-01-01", help="first trading day, ISO date (default 2016-01-01, the "
+                   "day the default training range ends)")
+    b.add_argument("--end", default=None, help="last trading day, ISO date (default: the data's last day)")
+    b.add_argument("--out", default=None, help="folder for the backtest's CSV, JSON and plot (default "
+                   "RUN_DIR/backtest)")
     b.set_defaults(func=cmd_backtest)
