@@ -248,3 +248,14 @@ def test_cost_is_in_gpu_seconds_only_when_the_runs_trained_on_gpus(tmp_path, sec
     assert other not in text and other.replace("seconds", "s ") not in text
     cost = json.loads((tmp_path / "rep" / "report.json").read_text())["experiments"]["base"]["cost"]
     assert cost["gpu_seconds"]["mean"] == pytest.approx(150.0)  # the same cost either way, only its name differs
+
+
+def test_intervals_wider_than_the_means_are_called_out(tmp_path):
+    root = tmp_path / "experiment_results" / "toy"
+    for exp, finals in (("base", (0.05, 0.45)), ("better", (0.50, 0.52))):  # base: 2 seeds far apart
+        for seed, f in enumerate(finals):
+            make_run(root, exp, seed, f, 0.9)
+    (root / "suite.yaml").write_text("name: toy\nbaseline: base\nexperiments: {base: {}, better: {}}\n")
+    text = " ".join(build_report(root, tmp_path / "rep").read_text().split())
+    assert "Warning: intervals wider than their means in base (too few seeds" in text
+    assert "in base, better" not in text

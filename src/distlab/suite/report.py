@@ -319,6 +319,11 @@ def _document(data: dict[str, Any], order: list[str], figs: dict[str, str], desc
                        + (f" Metrics: {shown.source}; primary: {shown.primary}." if shown.primary else
                           f" No numeric metrics found ({shown.source}).")))
     blocks += _results_section(res, order, base, shown)
+    wide = _wide_intervals(res, order, shown)
+    if wide:
+        blocks.append(Para(f"Warning: intervals wider than their means in {', '.join(wide)} (too few seeds: with "
+                           "2 seeds the 95% Student-t interval is 12.7 standard errors wide on each side); add "
+                           "seeds (--seeds 5) before reading a difference."))
     if base:
         blocks += _tests_section(res, order, base, shown)
     if shown.primary_is_fraction:
@@ -340,6 +345,16 @@ def _document(data: dict[str, Any], order: list[str], figs: dict[str, str], desc
                         "started: stopped before their turn, or their launch failed; see the suite's logs): "
                         + ", ".join(data["never_started"]))]
     return blocks
+
+
+def _wide_intervals(res: dict[str, Any], order: list[str], shown: ReportMetrics) -> list[str]:
+    """The experiments whose primary metric's interval half-width exceeds its mean's size (n >= 2)."""
+    out = []
+    for name in order:
+        m = res[name]["metrics"].get(shown.primary) if shown.primary else None
+        if m and m.get("n", 0) >= 2 and m.get("half_width") is not None and m["half_width"] > abs(m["mean"]):
+            out.append(name)
+    return out
 
 
 def _placement_text(scale: str | None, placement: dict[str, Any] | None) -> str:
