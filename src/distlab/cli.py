@@ -102,7 +102,6 @@ def cmd_eval(a: argparse.Namespace, extra: list[str]) -> int:
     return evaluate_run(Path(a.target), _split_unknown(extra), _launch_opts(a), out, memory_check=_memory_check())
 
 
-
 def _installed_recipes() -> str:
     """The recipes' names for ``distlab --help``, from the entry points (no recipe module is imported)."""
     from distlab.recipe import recipe_names
@@ -111,6 +110,7 @@ def _installed_recipes() -> str:
         return ", ".join(recipe_names())
     except DistlabError:
         return "none installed"
+
 
 def _memory_check():
     """The doctor's memory verdict, which the ``train`` and ``eval`` commands (and so every run of ``suite run``)
