@@ -3,6 +3,8 @@ import logging
 
 import pytest
 
+import markers
+
 
 @pytest.fixture(autouse=True)
 def _distlab_logger_restored():
@@ -12,3 +14,12 @@ def _distlab_logger_restored():
     saved = (list(log.handlers), log.level, log.propagate)
     yield
     log.handlers[:], log.level, log.propagate = saved
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, doc in markers.MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    markers.mark(items)
