@@ -40,7 +40,7 @@ from distlab.recipes.lm.pg_loss import (GlobalNorm, apply_truncation_mask, group
 from distlab.recipes.lm.prompting import prompt_text, stops_for
 from distlab.recipes.lm.reward_funcs import RewardFunctions, Sample
 from distlab.recipes.lm.rewards import RewardScorer
-from distlab.recipes.lm.seeds import rollout_seed
+from distlab.recipes.lm.seeds import control_permutation, rollout_seed
 from distlab.recipes.lm.task_sets import task_split
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.nonfinite import SkipProbe, micro_batch_record
@@ -443,8 +443,7 @@ def frozen_batch(cfg: GRPOConfig, session, parts: Parts, comps: list, times: dic
 def shuffled(rewards: torch.Tensor, seed: int) -> torch.Tensor:
     """``rewards`` in a random order drawn from ``seed`` (the control arm): the same values, hence the same reward
     mean and spread, credited to the wrong completions."""
-    gen = torch.Generator().manual_seed(seed + 65_537)
-    return rewards[torch.randperm(len(rewards), generator=gen)]
+    return rewards[control_permutation(len(rewards), seed)]
 
 
 def _log_completions(session, step: int, prompts, comps, per_func: dict[str, list[float]], rewards) -> None:

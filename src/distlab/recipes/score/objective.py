@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
+from distlab.recipes.lm.seeds import control_permutation
 from distlab.recipes.score.config import GuidanceBaseline
 from distlab.recipes.score.episode import ROLE_Y1, ROLE_Y2
 
@@ -131,7 +132,7 @@ def shuffled_pairs(rew1: Tensor, rew2: Tensor, seed: int) -> tuple[Tensor, Tenso
     """The control arm (``shuffle_rewards``): the episodes' (turn-1, turn-2) reward pairs permuted across the batch
     with one seeded permutation, so each pair stays a pair an episode really earned (the joint statistics, means and
     spreads are unchanged) but is credited to another episode: whatever the arm then learns is not from its reward."""
-    order = torch.randperm(len(rew1), generator=torch.Generator().manual_seed(seed + 65_537))
+    order = control_permutation(len(rew1), seed)
     return rew1[order], rew2[order]
 
 
