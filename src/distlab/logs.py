@@ -372,14 +372,13 @@ def metrics_table(title: str, metrics: dict[str, Any]) -> str:
     table.add_column("metric")
     table.add_column("value", justify="right")
     numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    bounds = {k for k in numbers if k.endswith(("_low", "_high")) and
-              k.rsplit("_", 1)[0] + "_low" in numbers and k.rsplit("_", 1)[0] + "_high" in numbers and
-              k.rsplit("_", 1)[0] in numbers}
+    with_interval = {k for k in numbers if f"{k}_low" in numbers and f"{k}_high" in numbers}
+    folded = {f"{k}_{end}" for k in with_interval for end in ("low", "high")}
     for key, value in numbers.items():
-        if key in bounds:
+        if key in folded:
             continue
         text = _number(value)
-        if f"{key}_low" in bounds:
+        if key in with_interval:
             text += f" [{_number(numbers[key + '_low'])}, {_number(numbers[key + '_high'])}]"
         table.add_row(key, text)
     console = Console(width=100, record=True, file=io.StringIO(), color_system=None)

@@ -145,7 +145,8 @@ def train(cfg: HRMConfig, session) -> dict:
                 with phase("forward"), session.autocast():
                     if puzzle_emb is not None:
                         puzzle_emb.use_slot(micro, len(idx))
-                    carries[micro], loss, part, _, _ = run_segment(model, carries[micro], batch, graphs)
+                    carries[micro], loss, part, _, _ = run_segment(model, carries[micro], batch, graphs,
+                                                                       keep_outputs=False)
                 # HRM's loss is a sum over examples: / global batch makes it the global mean once the
                 # micro-batches are summed, x world size undoes DDP's averaging over ranks
                 with phase("backward"):

@@ -112,16 +112,21 @@ class ACTLossHead(nn.Module):
         return carry, loss, metrics, outputs, carry.halted.all()
 
 
-def run_segment(head: nn.Module, carry: ACTCarry, batch: dict[str, torch.Tensor], cuda_graphs: bool) -> tuple:
+def run_segment(head: nn.Module, carry: ACTCarry, batch: dict[str, torch.Tensor], cuda_graphs: bool,
+                keep_outputs: bool = True) -> tuple:
     """One call of ``head`` (possibly compiled and wrapped), safe to chain when its compile mode replays CUDA graphs.
 
     A replay writes its outputs where the previous replay wrote them, and every ACT call feeds the next one the
-    carry it returned; so each call is marked as a new step and what outlives it (the carry, the metrics and the
-    outputs) is copied out. The loss is consumed by the backward before the next call and is left in place.
+    carry it returned; so each call is marked as a new step and what outlives it is copied out: the carry always,
+    the metrics and outputs when ``keep_outputs`` (evaluation keeps them; training sums the metrics into new
+    tensors at once and drops the outputs, so its hot path copies the carry alone). The loss is consumed by the
+    backward before the next call and is left in place.
     """
     if not cuda_graphs:
         return head(carry, batch)
     torch.compiler.cudagraph_mark_step_begin()
     carry, loss, metrics, outputs, all_halted = head(carry, batch)
+    if not keep_outputs:
+        return carry.clone(), loss, metrics, outputs, all_halted
     return (carry.clone(), loss, {k: v.clone() for k, v in metrics.items()},
             {k: v.clone() for k, v in outputs.items()}, all_halted.clone())
