@@ -150,7 +150,6 @@ def test_each_batch_is_sampled_by_the_weights_lag_steps_old(monkeypatch, lag):
     from distlab.recipes.grpo.off_policy import RolloutsAhead
     from distlab.recipes.lm.model_source import load_causal_lm
     from distlab.recipes.lm.models import SamplingCopy
-    from distlab.recipes.lm.reward_funcs import RewardFunctions
     from distlab.recipes.lm.rewards import RewardScorer
     from distlab.recipes.lm.seeds import rollout_seed
     from distlab.recipes.lm.task_sets import task_split
@@ -165,9 +164,7 @@ def test_each_batch_is_sampled_by_the_weights_lag_steps_old(monkeypatch, lag):
     tasks, _, few_shot = task_split(cfg.task)
     policy, tok = load_causal_lm(cfg.model.source, seed=0)
     scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
-    rewards = RewardFunctions(cfg.reward_funcs, cfg.reward_weights, mode=cfg.model.prompt_mode,
-                              max_len=cfg.sampling.max_completion_length, overlong_buffer=cfg.overlong_buffer,
-                              timeout_s=cfg.reward_timeout_s, pool=scorer.pool)
+    rewards = grpo_train.reward_functions(cfg, scorer)
     parts = grpo_train.Parts(policy, SamplingCopy(policy, DTYPES[cfg.models["policy"].dtype]), None,
                              adamw(list(policy.parameters()), cfg.optim.state_dtype, lr=cfg.lr), tok, few_shot,
                              scorer, rewards)

@@ -17,7 +17,6 @@ from distlab.placement import DTYPES  # noqa: E402
 from distlab.recipe import load_recipe  # noqa: E402
 from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
 from distlab.recipes.lm.models import SamplingCopy  # noqa: E402
-from distlab.recipes.lm.reward_funcs import RewardFunctions  # noqa: E402
 from distlab.recipes.lm.rewards import RewardScorer  # noqa: E402
 from distlab.recipes.lm.task_sets import task_split  # noqa: E402
 
@@ -42,9 +41,7 @@ def _step(monkeypatch, dynamic: bool) -> tuple[list[str], dict, str]:
     policy, tok = load_causal_lm(cfg.model.source, seed=0)
     reference, _ = load_causal_lm(cfg.model.source, seed=0)
     scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
-    rewards = RewardFunctions(cfg.reward_funcs, cfg.reward_weights, mode=cfg.model.prompt_mode,
-                              max_len=cfg.sampling.max_completion_length, overlong_buffer=cfg.overlong_buffer,
-                              timeout_s=cfg.reward_timeout_s, pool=scorer.pool)
+    rewards = grpo_train.reward_functions(cfg, scorer)
     parts = grpo_train.Parts(policy, SamplingCopy(policy, DTYPES[cfg.models["policy"].dtype]), reference,
                              adamw(list(policy.parameters()), cfg.optim.state_dtype, lr=cfg.lr), tok, few_shot,
                              scorer, rewards)

@@ -16,7 +16,6 @@ from distlab.recipes.lm.generate import generate  # noqa: E402
 from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
 from distlab.recipes.lm.models import SamplingCopy  # noqa: E402
 from distlab.recipes.lm.prompting import prompt_text  # noqa: E402
-from distlab.recipes.lm.reward_funcs import RewardFunctions  # noqa: E402
 from distlab.recipes.lm.rewards import RewardScorer  # noqa: E402
 from distlab.recipes.lm.task_sets import task_split  # noqa: E402
 
@@ -38,9 +37,7 @@ def test_a_rollout_shows_its_decode_steps_rate_and_eta(capsys):
     tasks, _, few_shot = task_split(cfg.task)
     policy, tok = load_causal_lm(cfg.model.source, seed=0)
     scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode)
-    rewards = RewardFunctions(cfg.reward_funcs, cfg.reward_weights, mode=cfg.model.prompt_mode,
-                              max_len=cfg.sampling.max_completion_length, overlong_buffer=cfg.overlong_buffer,
-                              timeout_s=cfg.reward_timeout_s, pool=scorer.pool)
+    rewards = grpo_train.reward_functions(cfg, scorer)
     opened: list[Progress] = []
 
     def phase(label: str, total: int, unit: str) -> Progress:  # as Session.phase, printing every update at once

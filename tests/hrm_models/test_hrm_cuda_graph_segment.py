@@ -7,6 +7,7 @@ as a replayed graph does, and chaining it without the copies runs a different (w
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -53,25 +54,28 @@ def _trajectory(head, batch, segments: int, graphs: bool) -> list[torch.Tensor]:
     return logits
 
 
-def test_copies_make_a_replaying_model_chain_like_eager() -> None:
+@pytest.fixture
+def eager() -> tuple:
+    """A tiny HRM, a batch, and the logits of three chained eager segments."""
     torch.manual_seed(0)
     model = tiny_model("hrm", act="fixed", halt_max_steps=4).train()
     batch = make_batch(seed=3)
-    eager = _trajectory(model, batch, 3, graphs=False)
+    return model, batch, _trajectory(model, batch, 3, graphs=False)
+
+
+def test_copies_make_a_replaying_model_chain_like_eager(eager) -> None:
+    model, batch, want = eager
     safe = _trajectory(Replaying(model), batch, 3, graphs=True)
-    for a, b in zip(eager, safe):
+    for a, b in zip(want, safe):
         torch.testing.assert_close(a, b)
 
 
-def test_without_the_copies_a_replaying_model_runs_a_different_trajectory() -> None:
+def test_without_the_copies_a_replaying_model_runs_a_different_trajectory(eager) -> None:
     """The failure the copies prevent: the carry handed to the next call is garbage by the time it is read."""
-    torch.manual_seed(0)
-    model = tiny_model("hrm", act="fixed", halt_max_steps=4).train()
-    batch = make_batch(seed=3)
-    eager = _trajectory(model, batch, 3, graphs=False)
+    model, batch, want = eager
     unsafe = _trajectory(Replaying(model), batch, 3, graphs=False)
-    torch.testing.assert_close(unsafe[0], eager[0])  # the first call reads a fresh carry
-    assert not torch.allclose(unsafe[1], eager[1], equal_nan=True)
+    torch.testing.assert_close(unsafe[0], want[0])  # the first call reads a fresh carry
+    assert not torch.allclose(unsafe[1], want[1], equal_nan=True)
 
 
 def test_only_compiled_cuda_graph_modes_on_a_gpu_replay() -> None:

@@ -84,9 +84,7 @@ def train(cfg: GRPOConfig, session) -> dict:
     sampling = SamplingCopy(policy, DTYPES[cfg.models["policy"].dtype])  # after restore and warm-up
     evaluate = partial(_evaluate, cfg, session, sampling.module, tok, held_out, few_shot, scorer)
     parts = Parts(policy, sampling, reference, opt, tok, few_shot, scorer,
-                  RewardFunctions(cfg.reward_funcs, cfg.reward_weights, mode=cfg.model.prompt_mode,
-                                  max_len=cfg.sampling.max_completion_length, overlong_buffer=cfg.overlong_buffer,
-                                  timeout_s=cfg.reward_timeout_s, pool=scorer.pool),
+                  reward_functions(cfg, scorer),
                   max_prompt_length=max_prompt_tokens(
                       tok, [prompt_text(t, tok, cfg.model.prompt_mode, few_shot) for t in tasks]),
                   phase=session.phase)
@@ -438,6 +436,13 @@ def frozen_batch(cfg: GRPOConfig, session, parts: Parts, comps: list, times: dic
     ref = frozen(parts.reference)
     times["ref_logprobs_s"] = time.perf_counter() - t0
     return FrozenBatch(order, ids, attn, comp, mask, norm, slices, old, ref)
+
+
+def reward_functions(cfg: GRPOConfig, scorer: RewardScorer) -> RewardFunctions:
+    """The configured reward functions and weights, their programs run on ``scorer``'s sandbox pool."""
+    return RewardFunctions(cfg.reward_funcs, cfg.reward_weights, mode=cfg.model.prompt_mode,
+                           max_len=cfg.sampling.max_completion_length, overlong_buffer=cfg.overlong_buffer,
+                           timeout_s=cfg.reward_timeout_s, pool=scorer.pool)
 
 
 def shuffled(rewards: torch.Tensor, seed: int) -> torch.Tensor:
