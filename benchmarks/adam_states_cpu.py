@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from distlab.optim_state import STATE_DTYPES, adamw
+from distlab.training.optim_state import STATE_DTYPES, adamw
 
 SHAPES = "8192x3072,3072x8192,3072x3072,1024x3072"
 

@@ -57,11 +57,11 @@ def _run(rank: int, world: int, port: int, args: argparse.Namespace, queue) -> N
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world)
     from distlab.config import DistConfig
-    from distlab.dist import Runtime
+    from distlab.runtime.dist import Runtime
     from distlab.recipes.hrm.models import build_model
     from distlab.recipes.hrm.models.puzzle_emb import SparsePuzzleEmbedding
     from distlab.recipes.hrm.optim import build_optimizers
-    from distlab.wrap import no_sync, wrap_model
+    from distlab.training.wrap import no_sync, wrap_model
 
     torch.manual_seed(0)
     rt = Runtime.from_process_group()

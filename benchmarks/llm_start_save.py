@@ -23,8 +23,8 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args()
-    from distlab.checkpoint import CheckpointManager, TrainState, verify_checkpoint
-    from distlab.dist import Runtime, module_checksum, tensor_fingerprints
+    from distlab.training.checkpoint import CheckpointManager, TrainState, verify_checkpoint
+    from distlab.runtime.dist import Runtime, module_checksum, tensor_fingerprints
     from distlab.recipes.lm.model_source import load_causal_lm
 
     model, _ = load_causal_lm(a.source, dtype=torch.float32, device=a.device)

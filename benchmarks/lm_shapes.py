@@ -121,8 +121,8 @@ def estimate_as_gpu(args: list[str], gpu_gib: float = 139.8) -> dict:
     """The doctor's per-device totals (GiB) for ``args`` as on one GPU, computed here without one: the memory
     model is arithmetic on the config, so a CPU machine recomputes a GPU row's estimate at any commit."""
     from distlab.config import resolve_config
-    from distlab.doctor.memory import plan_devices
-    from distlab.memory_estimate import recipe_specs
+    from distlab.memory.plan import plan_devices
+    from distlab.memory.estimate import recipe_specs
     from distlab.recipe import load_recipe
 
     recipe = load_recipe(args[1])

@@ -15,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from distlab.recipes.lm.sandbox import Sandbox
+from distlab.sandbox import Sandbox
 
 MBPP = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mbpp" / "mbpp.jsonl"
 

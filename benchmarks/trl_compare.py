@@ -464,7 +464,7 @@ def run_trl(args: argparse.Namespace, model_dir: Path, tasks: list, workdir: Pat
 
     from distlab.recipes.lm.prompting import prompt_text
     from distlab.recipes.lm.rewards import RewardScorer
-    from distlab.recipes.lm.sandbox.config import SandboxConfig
+    from distlab.sandbox.config import SandboxConfig
     from distlab.recipes.lm.tasks import chat_messages
 
     transformers.logging.set_verbosity_warning()

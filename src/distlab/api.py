@@ -127,7 +127,7 @@ def train(recipe: str, overrides: Sequence[str] | Mapping[str, Any] | None = Non
     returns its summary with ``status: preempted`` (run the same call again to resume).
     """
     from distlab.config import finalize_config, resolve_config
-    from distlab.launch import LaunchOptions, world_plan
+    from distlab.launch.launcher import LaunchOptions, world_plan
     from distlab.recipe import load_recipe
 
     rec = load_recipe(recipe)
@@ -157,7 +157,7 @@ def train(recipe: str, overrides: Sequence[str] | Mapping[str, Any] | None = Non
     items.append(f"run.name={cfg.run.name}")
     if nproc == 1:
         return _in_process(rec.name, list(config), items, opts, run_dir, command)
-    from distlab.launch import train as launch
+    from distlab.launch.launcher import train as launch
 
     launch(recipe, list(config), items, opts, memory_check=_memory_check(), cmdline=command)
     return _summary(run_dir)
@@ -183,9 +183,9 @@ def _in_process(recipe: str, config: list[str], items: list[str], opts: Any, run
                 command: str) -> dict[str, Any]:
     """One rank here: the launch path of ``distlab train``, then this process put back as it was (signal handlers,
     a pending stop request, the run's log files), so a notebook's Ctrl-C and its next run behave as before."""
-    from distlab import session as session_module
-    from distlab.launch import train as launch
-    from distlab.worker import EXIT_DIR_ENV
+    from distlab.training import session as session_module
+    from distlab.launch.launcher import train as launch
+    from distlab.launch.worker import EXIT_DIR_ENV
 
     main = threading.current_thread() is threading.main_thread()
     handlers = {sig: signal.getsignal(sig) for sig in session_module.STOP_SIGNALS} if main else {}

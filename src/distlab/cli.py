@@ -18,9 +18,9 @@ GLOBAL_ALIASES = {"--num_gpus": "--gpus", "--num-gpus": "--gpus", "--nproc": "--
 # (module, attribute) of the optional command groups; each has register(subparsers)
 COMMAND_GROUPS = [
     ("distlab.doctor", "register"),
-    ("distlab.bench", "register"),
+    ("distlab.launch.bench", "register"),
     ("distlab.suite.cli", "register"),
-    ("distlab.slurm", "register"),
+    ("distlab.launch.slurm", "register"),
 ]
 # Commands the core defines itself: for these no recipe is imported, so their help (and `distlab --help`)
 # answers without loading torch. Anything else may come from a recipe's ``register_commands``.
@@ -45,7 +45,7 @@ def _add_launch_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _launch_opts(a: argparse.Namespace):
-    from distlab.launch import LaunchOptions
+    from distlab.launch.launcher import LaunchOptions
 
     return LaunchOptions(a.gpus, a.procs, a.nodes, a.node_rank, a.master_addr, a.master_port, a.max_restarts,
                          a.rdzv_backend, a.force)
@@ -80,12 +80,12 @@ def _split_unknown(extra: list[str]) -> list[str]:
 
 
 def cmd_train(a: argparse.Namespace, extra: list[str]) -> int:
-    from distlab.launch import train
+    from distlab.launch.launcher import train
 
     overrides = _split_unknown(extra) + (["run.smoke=true"] if a.smoke else [])
     if a.show_config or a.dry_run:
         from distlab.config import to_yaml
-        from distlab.launch import preflight, world_plan
+        from distlab.launch.launcher import preflight, world_plan
 
         nproc, pinned = world_plan(_launch_opts(a))
         _, cfg = preflight(a.recipe, a.config, [*pinned, *overrides], nproc * a.nodes,
@@ -96,7 +96,7 @@ def cmd_train(a: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_eval(a: argparse.Namespace, extra: list[str]) -> int:
-    from distlab.evaluate import evaluate_run
+    from distlab.launch.evaluate import evaluate_run
 
     out = Path(a.output) if a.output else None
     return evaluate_run(Path(a.target), _split_unknown(extra), _launch_opts(a), out, memory_check=_memory_check())
@@ -121,8 +121,8 @@ def _memory_check():
 
 
 def cmd_export(a: argparse.Namespace, extra: list[str]) -> int:
-    from distlab.checkpoint import say_skipped
-    from distlab.export import export_checkpoint
+    from distlab.training.checkpoint import say_skipped
+    from distlab.launch.export import export_checkpoint
 
     _split_unknown(extra)
     out, ckpt, skipped = export_checkpoint(Path(a.target), a.format, Path(a.output) if a.output else None,
@@ -211,8 +211,8 @@ def _register_recipe_commands(top, data_sub, command: str | None = "") -> None:
         for name, eps in sorted(declared.items()):
             if name == "data":  # a core command whose builders come from recipes: already listed
                 continue
-            by = ", ".join(sorted({owners.get(ep.value, ep.value) for ep in eps}))
-            top.add_parser(name, help=f"added by recipe {by}: distlab {name} --help")
+            by = ", ".join(sorted({f"recipe {owners[ep.value]}" if ep.value in owners else ep.module for ep in eps}))
+            top.add_parser(name, help=f"added by {by}: distlab {name} --help")
         return
     if command in declared:
         targets = [(ep.value, ep.load) for ep in declared[command]]

@@ -37,7 +37,7 @@ class Wrap(str, Enum):
 class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
-    fp16 = "fp16"  # autocast to float16 with dynamic loss scaling (see distlab.amp)
+    fp16 = "fp16"  # autocast to float16 with dynamic loss scaling (see distlab.training.amp)
 
 
 class CompileMode(str, Enum):
@@ -86,6 +86,10 @@ class LrScale(str, Enum):
     linear = "linear"
 
 
+BF16_NEEDS_NCCL = ("dist.comm_hook=bf16 needs NCCL on CUDA (DDP refuses the bf16 hook on gloo/CPU); use "
+                   "dist.comm_hook=fp16 or powersgd here")
+
+
 @dataclass
 class RunConfig:
     name: str | None = None  # default: <recipe>-<hash of the config>, so re-running resumes
@@ -116,12 +120,29 @@ class DistConfig:
     tf32: bool = True
     verify_init: bool = True  # all-gather a parameter checksum at start to prove ranks agree
     devices_per_rank: int = 1  # GPUs each rank drives (placement.<model>=cuda:N indexes them)
-    activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.none  # see distlab.activation_ckpt
-    comm_hook: CommHook = CommHook.none  # DDP gradient compression (see distlab.comm_hooks)
+    activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.none  # see distlab.training.activation_ckpt
+    comm_hook: CommHook = CommHook.none  # DDP gradient compression (see distlab.training.comm_hooks)
     powersgd_rank: int = 4  # dist.comm_hook=powersgd: rank of the low-rank gradient approximation
     powersgd_start_iter: int = 10  # plain all-reduce for this many steps before compressing (at least 2)
     auto_micro_batch: bool = False  # probe the largest micro-batch that fits; dist.grad_accum makes up the rest
     cpu_offload: bool = False  # FSDP2-wrapped models keep parameters, gradients and optimizer states on the CPU
+
+
+@dataclass
+class ModelSettings:
+    """How one named model of a recipe is held; recipes nest a ``dict[str, ModelSettings]`` as ``models``."""
+
+    trainable: bool = True
+    wrap: Wrap | None = None  # ddp | fsdp; None: as dist.wrap, the run's default for every trained model
+    dtype: str = "fp32"  # fp32 | bf16 | fp16: frozen weights' dtype; trained ones stay fp32 (compute: dist.precision)
+    compile: bool = False
+    placement: str = "device"  # device | cuda:N | cpu | offload: where it lives and computes
+
+
+def wrap_of(settings: ModelSettings, dist_cfg: DistConfig) -> str:
+    """How a model is wrapped: its own ``models.<name>.wrap`` when set, else the run's ``dist.wrap``."""
+    wrap = settings.wrap if settings.wrap is not None else dist_cfg.wrap
+    return str(getattr(wrap, "value", wrap))
 
 
 @dataclass
@@ -150,7 +171,7 @@ class LogConfig:
 
 @dataclass
 class OptimConfig:
-    state_dtype: StateDtype = StateDtype.fp32  # Adam moments in fp32, bf16 or int8 (torchao; see distlab.optim_state)
+    state_dtype: StateDtype = StateDtype.fp32  # Adam moments in fp32, bf16 or int8 (torchao; see distlab.training.optim_state)
 
 
 @dataclass
@@ -533,8 +554,6 @@ def check_memory_options(cfg: Any) -> None:
         raise DistlabError(f"dist.comm_hook={hook} compresses DDP's gradient all-reduce but dist.wrap={wrap}; use "
                            f"dist.wrap=ddp or dist.comm_hook=none (FSDP2 reduce-scatters and has no DDP comm hooks)")
     models = getattr(cfg, "models", None) or {}
-    from distlab.placement import wrap_of  # placement builds on this module's DistConfig
-
     wraps = {name: wrap_of(m, d) for name, m in models.items() if m.trainable}
     if hook != "none":
         for name, w in wraps.items():
@@ -547,8 +566,6 @@ def check_memory_options(cfg: Any) -> None:
         raise DistlabError(f"dist.cpu_offload=true offloads what FSDP2 shards, and no trained model is sharded "
                            f"({held}); set dist.wrap=fsdp or models.<name>.wrap=fsdp for the trained model")
     if hook == "bf16" and (d.device == "cpu" or d.backend == "gloo"):
-        from distlab.comm_hooks import BF16_NEEDS_NCCL
-
         raise DistlabError(BF16_NEEDS_NCCL)
     if hook == "powersgd" and d.powersgd_start_iter < 2:
         raise DistlabError(f"dist.powersgd_start_iter={d.powersgd_start_iter} is invalid: PowerSGD's error feedback "

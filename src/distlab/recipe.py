@@ -37,7 +37,7 @@ class ModelSpec:
     batch_per_device: int = 1
     param_dtype_bytes: int = 4
     optimizer: str = "adam"
-    placement: str = "device"  # device | cuda:N | cpu | offload (see distlab.placement)
+    placement: str = "device"  # device | cuda:N | cpu | offload (see distlab.training.placement)
     wrap: str = "ddp"  # ddp | fsdp | none: how trainable state is spread over ranks
 
     def __post_init__(self) -> None:

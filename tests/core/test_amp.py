@@ -1,6 +1,6 @@
-"""dist.precision=fp16: dynamic loss scaling (distlab.amp) in the object, under FSDP2, and through the recipes.
+"""dist.precision=fp16: dynamic loss scaling (distlab.training.amp) in the object, under FSDP2, and through the recipes.
 
-Unit tests drive :class:`distlab.amp.MixedPrecision` on small modules (an injected inf gradient, the growth of the
+Unit tests drive :class:`distlab.training.amp.MixedPrecision` on small modules (an injected inf gradient, the growth of the
 scale, one decision for several optimizers, the checkpointed state, the fp32 pass-through); the FSDP2 test shards
 a model over 2 gloo ranks and puts an inf in one rank's shard only; the end-to-end tests run the real ``distlab``
 command (toy, HRM, GRPO, PPO) on CPU.
@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from clitools import losses, run_cli, summary
-from distlab.amp import MixedPrecision
-from distlab.wrap import autocast, clip_grad_norm
+from distlab.training.amp import MixedPrecision
+from distlab.training.wrap import autocast, clip_grad_norm
 from mp import run_ranks
 
 TOY = ["steps=12", "log.every=1", "num_examples=256", "global_batch_size=16", "d_model=32", "eval_examples=64",

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from clitools import losses, run_cli
-from distlab.micro_batch import FAKE_LIMIT_ENV, candidates
+from distlab.training.micro_batch import FAKE_LIMIT_ENV, candidates
 
 COMMON = ["steps=6", "log.every=1", "num_examples=128", "global_batch_size=16", "d_model=32", "eval_examples=16",
           "record_sample_ids=true", "--procs", "2"]
@@ -48,7 +48,7 @@ def test_auto_and_explicit_accumulation_together_are_refused(tmp_path):
 
 
 def test_cuda_oom_anywhere_becomes_one_line_with_estimate_and_options(tmp_path, monkeypatch, capsys):
-    import distlab.worker as worker
+    import distlab.launch.worker as worker
 
     def fake_step(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB ... (a paragraph)")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from distlab.bench import steady_median, steady_throughput
+from distlab.launch.bench import steady_median, steady_throughput
 from distlab.errors import DistlabError
 
 

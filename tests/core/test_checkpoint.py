@@ -5,8 +5,8 @@ import re
 import pytest
 import torch
 
-from distlab.checkpoint import Box, CheckpointManager, TrainState, export_model, verify_checkpoint
-from distlab.dist import Runtime
+from distlab.training.checkpoint import Box, CheckpointManager, TrainState, export_model, verify_checkpoint
+from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError
 
 
@@ -119,7 +119,7 @@ def test_async_save_finishes(tmp_path):
 
 
 def test_load_model_weights_reads_one_model_without_a_process_group(tmp_path):
-    from distlab.checkpoint import load_model_weights
+    from distlab.training.checkpoint import load_model_weights
 
     state, nets = TrainState(), {}
     for i, name in enumerate(("actor", "policy")):
@@ -134,16 +134,16 @@ def test_load_model_weights_reads_one_model_without_a_process_group(tmp_path):
 
 
 def test_eval_verifies_a_given_checkpoint_once_and_ranks_load_it_as_it_is(tmp_path, monkeypatch):
-    import distlab.checkpoint as ckpt_mod
-    import distlab.launch
-    from distlab.evaluate import evaluate_run
+    import distlab.training.checkpoint as ckpt_mod
+    import distlab.launch.launcher
+    from distlab.launch.evaluate import evaluate_run
 
     mgr, weights = _save_steps(tmp_path, [1])
     step_dir = mgr.steps()[-1]
     (tmp_path / "config.yaml").write_text("steps: 1\n")  # evaluate_run reads the run's config beside ck/
     real, calls, launched = ckpt_mod.verify_checkpoint, [], []
     monkeypatch.setattr(ckpt_mod, "verify_checkpoint", lambda d: calls.append(d) or real(d))
-    monkeypatch.setattr(distlab.launch, "train", lambda *a, **kw: launched.append(kw["eval_checkpoint"]) or 0)
+    monkeypatch.setattr(distlab.launch.launcher, "train", lambda *a, **kw: launched.append(kw["eval_checkpoint"]) or 0)
     assert evaluate_run(step_dir, [], None) == 0
     assert calls == [step_dir] and launched == [step_dir]
     calls.clear()
@@ -153,7 +153,7 @@ def test_eval_verifies_a_given_checkpoint_once_and_ranks_load_it_as_it_is(tmp_pa
 
 
 def test_a_corrupt_given_checkpoint_is_refused_when_asked_to_verify(tmp_path):
-    from distlab.checkpoint import find_checkpoint
+    from distlab.training.checkpoint import find_checkpoint
 
     mgr, _ = _save_steps(tmp_path, [1])
     step_dir = mgr.steps()[-1]
@@ -206,7 +206,7 @@ def test_a_short_write_on_a_nearly_full_disk_is_named_as_a_full_disk(tmp_path, m
     import shutil
     from collections import namedtuple
 
-    import distlab.checkpoint as ck
+    import distlab.training.checkpoint as ck
 
     model = _model()
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from clitools import losses, run_cli, summary
-from distlab.comm_hooks import register_comm_hook
+from distlab.training.comm_hooks import register_comm_hook
 from mp import run_ranks
 
 # relative error of the averaged gradient: 16-bit rounding of each bucket (fp16 ~2^-11, bf16 ~2^-8 per value)

@@ -8,7 +8,7 @@ from distlab.config import CompileMode, compose, resolve_config, to_object
 from distlab.errors import DistlabError
 from distlab.recipe import load_recipe
 from distlab.recipes.toy import ToyConfig
-from distlab.wrap import compiled
+from distlab.training.wrap import compiled
 
 
 @pytest.fixture
@@ -52,8 +52,8 @@ def test_split_ddp_needs_compilation_and_sets_dynamos_ddp_optimizer(calls):
     import torch._dynamo
 
     from distlab.config import DistConfig
-    from distlab.dist import Runtime
-    from distlab.wrap import wrap_model
+    from distlab.runtime.dist import Runtime
+    from distlab.training.wrap import wrap_model
 
     hrm = load_recipe("hrm")
     with pytest.raises(DistlabError, match="compile_split_ddp=false acts only on compiled models"):

@@ -96,7 +96,7 @@ def test_old_spellings_in_files_and_overrides_map_to_current_keys(tmp_path):
     cfg = resolve_config(load_recipe("grpo"), [], ["gradient_accumulation_steps=4", "placement.policy=cpu"])
     assert cfg.dist.grad_accum == 4 and cfg.models["policy"].placement == "cpu"
     with pytest.raises(DistlabError, match="this recipe has no model 'banana'|unknown config key"):
-        from distlab.placement import check_config
+        from distlab.training.placement import check_config
 
         check_config(resolve_config(load_recipe("grpo"), [], ["placement.banana=cpu"]), 1, 0)
 

@@ -5,9 +5,9 @@ import torch
 from clitools import losses, run_cli
 
 from distlab.config import DistConfig, Wrap
-from distlab.dist import Runtime
-from distlab.placement import compute_device
-from distlab.wrap import wrap_model
+from distlab.runtime.dist import Runtime
+from distlab.training.placement import compute_device
+from distlab.training.wrap import wrap_model
 
 COMMON = ["steps=8", "global_batch_size=16", "num_examples=128", "seq_len=16", "d_model=32", "n_layers=2",
           "log.every=1", "log.progress=false", "ckpt.every=4"]
@@ -48,7 +48,7 @@ def test_soft_update_from_a_sharded_offloaded_source_into_a_plain_target():
     gathers each shard instead of mixing DTensors with plain tensors (it crashed so on an H100, 2026-11-26)."""
     import torch.distributed as dist
 
-    from distlab.placement import soft_update_
+    from distlab.training.placement import soft_update_
 
     torch.manual_seed(0)
     source = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
@@ -71,7 +71,8 @@ def test_dist_wrap_is_every_trained_models_default_and_its_own_setting_wins():
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
-    from distlab.placement import ModelSettings, place, wrap_of
+    from distlab.config import ModelSettings, wrap_of
+    from distlab.training.placement import place
 
     offload = DistConfig(wrap=Wrap.fsdp, cpu_offload=True)
     assert wrap_of(ModelSettings(), offload) == "fsdp" and wrap_of(ModelSettings(), DistConfig()) == "ddp"
@@ -87,8 +88,8 @@ def test_dist_wrap_is_every_trained_models_default_and_its_own_setting_wins():
 def test_cpu_offload_is_refused_only_when_no_trained_model_is_sharded_and_the_doctor_counts_it():
     pytest.importorskip("transformers")
     from distlab.errors import DistlabError
-    from distlab.launch import preflight
-    from distlab.memory_estimate import recipe_specs
+    from distlab.launch.launcher import preflight
+    from distlab.memory.estimate import recipe_specs
 
     base = ["model.source=tiny:llama-2l", "dist.cpu_offload=true"]
     recipe, cfg = preflight("grpo", [], [*base, "dist.wrap=fsdp"], 1)  # the policy inherits fsdp
@@ -100,7 +101,7 @@ def test_cpu_offload_is_refused_only_when_no_trained_model_is_sharded_and_the_do
 
 
 def test_run_names_do_not_change_when_a_model_inherits_its_wrap():
-    from distlab.launch import preflight
+    from distlab.launch.launcher import preflight
 
     def name(*extra):
         return preflight("multitoy", [], list(extra), 1)[1].run.name
@@ -122,4 +123,4 @@ def test_recipes_ask_where_a_model_computes_not_where_its_first_parameter_lies()
     offenders = [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py"))
                  for n, line in enumerate(path.read_text().splitlines(), 1)
                  if "parameters()).device" in line and path.name != "placement.py"]
-    assert offenders == [], f"use distlab.placement.compute_device instead at {offenders}"
+    assert offenders == [], f"use distlab.training.placement.compute_device instead at {offenders}"

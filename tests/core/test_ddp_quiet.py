@@ -1,5 +1,5 @@
 """A multi-process run prints no torch deprecation noise for the DDP settings distlab chooses on purpose
-(broadcast_buffers=False: buffers are never broadcast, at init included; see distlab.wrap)."""
+(broadcast_buffers=False: buffers are never broadcast, at init included; see distlab.training.wrap)."""
 
 from clitools import run_cli
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from distlab.dist import Runtime, detect_env, init_runtime
+from distlab.runtime.dist import Runtime, detect_env, init_runtime
 from distlab.errors import DistlabError
 from mp import run_ranks
 

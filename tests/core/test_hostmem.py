@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from distlab import hostmem
+from distlab.memory import host as hostmem
 from distlab.errors import DistlabError
 
 
@@ -43,7 +43,7 @@ def test_room_is_refused_in_one_line_naming_the_need_and_the_fixes():
 
 
 def test_a_cpu_run_that_cannot_fit_ends_in_one_line_before_its_first_step(tmp_path, monkeypatch, capsys):
-    import distlab.worker as worker
+    import distlab.launch.worker as worker
 
     monkeypatch.setattr(hostmem, "available_bytes", lambda: 4096)
     monkeypatch.delenv("WORLD_SIZE", raising=False)

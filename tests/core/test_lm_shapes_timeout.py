@@ -22,7 +22,7 @@ def test_time_out_names_the_distlab_frames_and_ends_the_run(tmp_path):
     assert code is None and time.monotonic() - start < 30
     where = lm_shapes.where_stuck(said)
     assert where.startswith("stuck in train (distlab/recipes/toy.py:"), said[-2000:]
-    assert "distlab/worker.py" in where
+    assert "distlab/launch/worker.py" in where
 
 
 def test_a_child_holding_the_output_does_not_hold_the_runner():

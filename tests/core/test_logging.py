@@ -22,7 +22,7 @@ def test_tensorboard_and_offline_wandb_sinks(tmp_path):
 
 
 def test_eta_reads_in_minutes_and_hours():
-    from distlab.logs import human_duration
+    from distlab.run.logs import human_duration
 
     assert [human_duration(x) for x in (0.4, 59, 60, 422, 3599, 13786)] == [
         "0 s", "59 s", "1 min 0 s", "7 min 2 s", "59 min 59 s", "3 h 49 min"]
@@ -53,7 +53,7 @@ def test_a_run_ends_with_a_closing_report(tmp_path):
 
 def test_a_completed_run_without_an_evaluation_command_offers_no_resume(tmp_path):
     """PPO judges a run with its own commands (``evaluate_with`` None): its closing block ends at the folder."""
-    from distlab.run_report import closing_report
+    from distlab.run.report import closing_report
 
     done = closing_report({"status": "completed", "step": 2, "steps": 2, "step_unit": "update",
                            "evaluate_with": None}, tmp_path / "p", 2.0, "distlab train ppo run.name=p")
@@ -64,7 +64,7 @@ def test_a_completed_run_without_an_evaluation_command_offers_no_resume(tmp_path
 
 
 def test_closing_table_folds_intervals_into_one_row_and_shortens_large_counts() -> None:
-    from distlab.logs import metrics_table
+    from distlab.run.logs import metrics_table
 
     text = metrics_table("final evaluation", {"pass@1": 0.25, "pass@1_low": 0.1, "pass@1_high": 0.4,
                                               "n_problems": 64, "flops": 320_000_000_000_000, "lonely_low": 0.5,

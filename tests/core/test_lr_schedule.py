@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from distlab.errors import DistlabError
-from distlab.lr_schedule import lr_factor, set_lr
+from distlab.training.lr_schedule import lr_factor, set_lr
 
 
 # -- the recipes' former formulas, verbatim: the references the shared schedule must reproduce --------------

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from distlab.logs import mark_peak
+from distlab.run.logs import mark_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import lm_shapes  # noqa: E402

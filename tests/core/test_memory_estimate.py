@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from distlab.config import resolve_config
-from distlab.memory_estimate import estimate_memory, recipe_specs
-from distlab.oom import estimate_text
+from distlab.memory.estimate import estimate_memory, recipe_specs
+from distlab.memory.oom import estimate_text
 from distlab.recipe import ModelSpec, load_recipe
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "distlab"
@@ -58,7 +58,7 @@ def test_the_out_of_memory_line_states_a_capped_process_share(monkeypatch):
     may use, not the whole card."""
     from types import SimpleNamespace
 
-    import distlab.oom as oom
+    import distlab.memory.oom as oom
 
     cuda = SimpleNamespace(is_available=lambda: True, current_device=lambda: 0,
                            get_device_properties=lambda i: SimpleNamespace(total_memory=140 * 2**30),

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from distlab import dist
-from distlab.dist import _device_fingerprint, module_checksum, tensor_digest
+from distlab.runtime import dist
+from distlab.runtime.dist import _device_fingerprint, module_checksum, tensor_digest
 
 
 def _flipped(t: torch.Tensor, byte: int) -> torch.Tensor:

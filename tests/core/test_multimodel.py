@@ -10,7 +10,7 @@ from torch import nn
 from clitools import run_cli, summary
 from distlab.config import DistConfig
 from distlab.errors import DistlabError
-from distlab.placement import compute_device, offload, soft_update_, validate_placement
+from distlab.training.placement import compute_device, offload, soft_update_, validate_placement
 
 COMMON = ["steps=12", "global_batch_size=16", "num_examples=256", "log.every=1"]
 PIECES = ("policy", "critic", "target_critic", "ema", "policy_optim", "critic_optim", "sampler", "step")
@@ -162,7 +162,7 @@ def test_compute_device_of_an_offloaded_model_is_its_compute_device():
 
 def test_doctor_estimates_memory_per_device(tmp_path):
     from distlab.doctor import recipe_model_spec
-    from distlab.doctor.memory import plan_devices
+    from distlab.memory.plan import plan_devices
 
     specs = recipe_model_spec("multitoy", ["placement.reference=offload", "placement.critic=cuda:0"], [])
     n_policy = 16 * 32 + 32 + 32 * 8 + 8

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from clitools import losses, run_cli, summary
-from distlab.optim_state import adamw, optimizer_state_bytes
+from distlab.training.optim_state import adamw, optimizer_state_bytes
 
 pytest.importorskip("torchao")
 

@@ -5,7 +5,7 @@ import json
 
 from clitools import run_cli, summary
 
-from distlab.profiling import kernel_kind
+from distlab.run.profiling import kernel_kind
 
 TOY = ["train", "toy", "steps=8", "log.every=1", "num_examples=128", "global_batch_size=16", "d_model=32",
        "eval_examples=32", "log.progress=false"]
@@ -53,7 +53,7 @@ def test_kernel_kinds():
 
 
 def test_host_waits_are_the_calls_that_drain_the_queue():
-    from distlab.profiling import HOST_WAITS
+    from distlab.run.profiling import HOST_WAITS
 
     for name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"):
         assert HOST_WAITS.search(name), name

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import distlab.recipes.lm.evaluation as evaluation
-import distlab.session as session_mod
-from distlab.dist import Runtime
-from distlab.logs import Progress, phase_progress, rate_text
+import distlab.training.session as session_mod
+from distlab.runtime.dist import Runtime
+from distlab.run.logs import Progress, phase_progress, rate_text
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k
 from distlab.recipes.lm.settings import EvalConfig, SamplingConfig
-from distlab.session import StopRequested
+from distlab.training.session import StopRequested
 
 
 def _solved(task, text):
@@ -118,8 +118,7 @@ def test_nested_bars_share_one_live_display(monkeypatch):
     """On a terminal the training bar and an evaluation's bar are tasks of one rich display (rich allows one)."""
     import sys
 
-    from distlab import logs
-
+    from distlab.run import logs
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     train = Progress(5)
     shared = logs._BAR.rich

@@ -2,7 +2,7 @@
 
 import importlib.metadata as md
 
-import distlab.rundir as rundir
+import distlab.run.rundir as rundir
 
 
 def test_manifest_records_model_and_kernel_libraries_when_installed(monkeypatch):

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from distlab.errors import DistlabError
-from distlab.epoch_order import ExampleGroups
-from distlab.sampler import GlobalBatchSampler, check_divisible, eval_shard
+from distlab.runtime.epoch_order import ExampleGroups
+from distlab.runtime.sampler import GlobalBatchSampler, check_divisible, eval_shard
 from mp import run_ranks
 
 

@@ -7,10 +7,10 @@ import time
 
 import torch
 
-import distlab.session as session_mod
+import distlab.training.session as session_mod
 from distlab.config import BaseConfig
-from distlab.dist import Runtime, init_runtime
-from distlab.session import Session
+from distlab.runtime.dist import Runtime, init_runtime
+from distlab.training.session import Session
 from mp import run_ranks
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from distlab.doctor.memory import ModelSpec, estimate_memory, plan_memory, speedup_estimates
+from distlab.memory.plan import ModelSpec, estimate_memory, plan_memory, speedup_estimates
 from distlab.errors import DistlabError
 
 GIB = 1024**3

@@ -89,7 +89,7 @@ def test_hrm_grad_accum_is_honoured_and_matches_one_big_batch(hrm_runs) -> None:
 def test_hrm_grad_accum_feeds_micro_batches(hrm_runs, monkeypatch) -> None:
     """Equal losses alone would not show the split happened: count the rows each forward pass gets."""
     import distlab.recipes.hrm.train as hrm_train
-    from distlab.worker import run
+    from distlab.launch.worker import run
 
     sizes = []
     real = hrm_train.make_batch
@@ -138,7 +138,7 @@ def test_manifest_records_world_size_scaling(tmp_path) -> None:
 def test_one_rank_starts_under_torchrun(tmp_path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", "--standalone",
-                           "-m", "distlab.worker", "toy", "steps=2", "run.name=torchrun1"], cwd=tmp_path,
+                           "-m", "distlab.launch.worker", "toy", "steps=2", "run.name=torchrun1"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "runs" / "torchrun1"

@@ -15,7 +15,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mp import run_ranks
 
-from distlab.dist import Runtime
+from distlab.runtime.dist import Runtime
 from distlab.recipes.lm.batching import micro_batches
 from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
 from distlab.recipes.lm.update import policy_update

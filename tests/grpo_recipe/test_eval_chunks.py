@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import distlab.recipes.lm.evaluation as evaluation
-from distlab.dist import Runtime
+from distlab.runtime.dist import Runtime
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, prompts_per_call
 from distlab.recipes.lm.settings import EvalConfig, LMRecipeConfig, SamplingConfig
 

@@ -93,7 +93,7 @@ class _Loop:
     """What the LM step loop needs of a session, recording the checkpoints it asks for."""
 
     def __init__(self, saved_step=None):
-        from distlab.logs import Progress
+        from distlab.run.logs import Progress
 
         self.saved: list[int] = []
         self.saved_step, self.stopped_in, self.counters = saved_step, None, {}
@@ -123,7 +123,7 @@ def _cfg(steps=3, every=0, before=True):
 
 
 def _stopping_at(split_to_stop):
-    from distlab.session import StopRequested
+    from distlab.training.session import StopRequested
 
     def evaluate(step, split):
         if (split, step) == split_to_stop:
@@ -139,9 +139,8 @@ def _stopping_at(split_to_stop):
 ])
 def test_the_step_loop_ends_preempted_where_an_evaluation_was_cut(monkeypatch, where, status, step, saved,
                                                                    stopped_in):
-    from distlab.checkpoint import Box
-    from distlab.recipes.lm import loop
-
+    from distlab.training.checkpoint import Box
+    from distlab.training import loop
     monkeypatch.setattr(loop.MixedPrecision, "of", staticmethod(lambda s: type("A", (), {"skipped_steps": 0})()))
     session = _Loop()
     ran: list[int] = []
@@ -152,8 +151,7 @@ def test_the_step_loop_ends_preempted_where_an_evaluation_was_cut(monkeypatch, w
 
 
 def test_a_stop_during_the_final_evaluation_saves_the_last_step_once():
-    from distlab.recipes.lm import loop
-
+    from distlab.training import loop
     at_end = _Loop(saved_step=3)  # ckpt.at_end saved step 3 already
     assert loop.final_evaluation(at_end, "completed", 3, _stopping_at(("eval", 3))) == ("preempted", None)
     assert at_end.saved == [] and at_end.stopped_in == "eval at step 3"

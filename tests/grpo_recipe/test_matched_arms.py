@@ -32,7 +32,7 @@ def _rows(run_dir: Path) -> list[dict]:
 
 
 def test_dynamic_sampling_logs_the_first_round_apart_from_the_kept_batch(tmp_path, monkeypatch):
-    from distlab.worker import run
+    from distlab.launch.worker import run
 
     CALLS.clear()
     monkeypatch.chdir(tmp_path)

@@ -53,7 +53,7 @@ def _inject_inf_into_step_1_micro_batch_0(monkeypatch) -> dict:
 
 
 def test_an_inf_gradient_is_skipped_counted_in_bf16_and_its_micro_batch_written(tmp_path, monkeypatch):
-    from distlab.worker import run
+    from distlab.launch.worker import run
 
     state = _inject_inf_into_step_1_micro_batch_0(monkeypatch)
     monkeypatch.chdir(tmp_path)
@@ -91,7 +91,7 @@ def test_an_inf_gradient_is_skipped_counted_in_bf16_and_its_micro_batch_written(
 
 
 def test_skipped_fields_give_updates_for_a_checkpoint_that_kept_the_count():
-    from distlab.recipes.lm.loop import skipped_fields
+    from distlab.training.loop import skipped_fields
 
     assert skipped_fields({"step": 57, "skipped_steps": 2}) == {"skipped_steps": 2, "updates": 55}
     assert skipped_fields({"step": 57}) == {}  # older checkpoints: nothing claimed

@@ -126,7 +126,7 @@ def test_settings_that_cannot_work_are_refused_before_training(tmp_path):
 
 
 class _Session:
-    from distlab.dist import Runtime
+    from distlab.runtime.dist import Runtime
 
     rt = Runtime()
     run_dir = None
@@ -143,9 +143,9 @@ def test_each_batch_is_sampled_by_the_weights_lag_steps_old(monkeypatch, lag):
     are waited for only after that update."""
     import distlab.recipes.grpo.train as grpo_train
     from distlab.config import resolve_config
-    from distlab.dist import module_checksum
-    from distlab.optim_state import adamw
-    from distlab.placement import DTYPES
+    from distlab.runtime.dist import module_checksum
+    from distlab.training.optim_state import adamw
+    from distlab.training.placement import DTYPES
     from distlab.recipe import load_recipe
     from distlab.recipes.grpo.off_policy import RolloutsAhead
     from distlab.recipes.lm.model_source import load_causal_lm
@@ -153,7 +153,7 @@ def test_each_batch_is_sampled_by_the_weights_lag_steps_old(monkeypatch, lag):
     from distlab.recipes.lm.rewards import RewardScorer
     from distlab.recipes.lm.seeds import rollout_seed
     from distlab.recipes.lm.task_sets import task_split
-    from distlab.sampler import GlobalBatchSampler
+    from distlab.runtime.sampler import GlobalBatchSampler
 
     steps = 4
     cfg = resolve_config(load_recipe("grpo"), [], [

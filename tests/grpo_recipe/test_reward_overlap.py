@@ -11,9 +11,9 @@ pytest.importorskip("transformers", reason="the LM recipes need the llm extra: p
 
 import distlab.recipes.grpo.train as grpo_train  # noqa: E402
 from distlab.config import resolve_config  # noqa: E402
-from distlab.dist import Runtime, module_checksum  # noqa: E402
-from distlab.optim_state import adamw  # noqa: E402
-from distlab.placement import DTYPES  # noqa: E402
+from distlab.runtime.dist import Runtime, module_checksum  # noqa: E402
+from distlab.training.optim_state import adamw  # noqa: E402
+from distlab.training.placement import DTYPES  # noqa: E402
 from distlab.recipe import load_recipe  # noqa: E402
 from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
 from distlab.recipes.lm.models import SamplingCopy  # noqa: E402

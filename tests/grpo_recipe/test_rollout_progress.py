@@ -9,8 +9,8 @@ pytest.importorskip("transformers", reason="the LM recipes need the llm extra: p
 
 import distlab.recipes.grpo.train as grpo_train  # noqa: E402
 from distlab.config import resolve_config  # noqa: E402
-from distlab.logs import Progress  # noqa: E402
-from distlab.placement import DTYPES  # noqa: E402
+from distlab.run.logs import Progress  # noqa: E402
+from distlab.training.placement import DTYPES  # noqa: E402
 from distlab.recipe import load_recipe  # noqa: E402
 from distlab.recipes.lm.generate import generate  # noqa: E402
 from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from distlab.recipes.lm.seeds import rollout_seed
-from distlab.sampler import GlobalBatchSampler
+from distlab.runtime.sampler import GlobalBatchSampler
 
 
 def _prompts(world: int, steps: int, tasks: int = 50, per_step: int = 8, seed: int = 3) -> list[list[set[int]]]:

@@ -15,7 +15,7 @@ from distlab.recipes.hrm.evaluation import evaluate, select_trajectories
 from distlab.recipes.hrm.models import build_model
 from distlab.recipes.hrm.models.config import ArchConfig
 from distlab.recipes.hrm.train import metadata_dict
-from distlab.wrap import unwrap
+from distlab.training.wrap import unwrap
 
 ARCH = dict(hidden_size=32, num_heads=2, H_layers=1, L_layers=1, num_layers=2, H_cycles=2, L_cycles=2,
             halt_max_steps=2, puzzle_emb_ndim=32, forward_dtype="float32")
@@ -39,7 +39,7 @@ class _Session:
         return contextlib.nullcontext()
 
     def phase(self, label, total, unit):
-        from distlab.logs import Progress
+        from distlab.run.logs import Progress
 
         return Progress(total, enabled=False)
 

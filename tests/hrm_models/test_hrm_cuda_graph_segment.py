@@ -13,7 +13,7 @@ from torch import nn
 
 from distlab.config import CompileMode, DistConfig
 from distlab.recipes.hrm.models.loss import run_segment
-from distlab.wrap import replays_cuda_graphs
+from distlab.training.wrap import replays_cuda_graphs
 
 from .tiny import make_batch, tiny_model
 

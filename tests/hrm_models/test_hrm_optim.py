@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from distlab.errors import DistlabError
-from distlab.lr_schedule import lr_factor, set_lr
+from distlab.training.lr_schedule import lr_factor, set_lr
 from distlab.recipes.hrm.optim import SparseSignSGD, adam_atan2, build_optimizers
 
 from .tiny import make_batch, tiny_model

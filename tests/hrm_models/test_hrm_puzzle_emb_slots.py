@@ -82,8 +82,8 @@ def _train(rank: int, world_size: int, accum: int, slots: bool, compile: bool) -
     last micro-batch, the loss scaled to the global mean); returns the table, the checksum of the whole state and
     the graph breaks the compiled forward had."""
     from distlab.config import DistConfig
-    from distlab.dist import Runtime, module_checksum
-    from distlab.wrap import no_sync, unwrap, wrap_model
+    from distlab.runtime.dist import Runtime, module_checksum
+    from distlab.training.wrap import no_sync, unwrap, wrap_model
 
     torch._dynamo.reset()
     counters.clear()

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 from clitools import run_cli  # noqa: E402
 from test_hrm_train import ARCHS, TINY, _train_rows  # noqa: E402
 
-from distlab.micro_batch import FAKE_LIMIT_ENV  # noqa: E402
+from distlab.training.micro_batch import FAKE_LIMIT_ENV  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from distlab.config import DistConfig, Wrap
-from distlab.dist import Runtime
+from distlab.runtime.dist import Runtime
 from distlab.recipes.lm.models import gathered
-from distlab.wrap import wrap_model
+from distlab.training.wrap import wrap_model
 
 
 def test_every_unit_is_gathered_inside_and_sharded_again_after():

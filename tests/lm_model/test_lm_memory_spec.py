@@ -2,7 +2,7 @@
 whatever their dtype says, and activations recomputed under either checkpointing switch."""
 
 from distlab.config import resolve_config
-from distlab.memory_estimate import recipe_specs
+from distlab.memory.estimate import recipe_specs
 from distlab.recipe import load_recipe
 
 

@@ -15,7 +15,7 @@ PROMPTS = ["def add(a, b):\n    return", "x = 3\ny ="]
 @pytest.fixture()
 def lora_policy():
     """A bf16 tiny model with rank-4 adapters held in fp32 as training holds them, moved off their zero start."""
-    from distlab.placement import keep_trained_weights_fp32
+    from distlab.training.placement import keep_trained_weights_fp32
     from distlab.recipes.lm.model_source import load_causal_lm
 
     model, tok = load_causal_lm("tiny:llama-4l", dtype=torch.bfloat16, lora_r=4, seed=0)
@@ -96,7 +96,7 @@ class _Session:
     """What the recipes' model loaders read of a session: its runtime (one CPU process)."""
 
     def __init__(self) -> None:
-        from distlab.dist import Runtime
+        from distlab.runtime.dist import Runtime
 
         self.rt = Runtime()
 

@@ -12,8 +12,9 @@ import torch
 pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
 
 from distlab.config import DistConfig  # noqa: E402
-from distlab.dist import Runtime  # noqa: E402
-from distlab.placement import ModelSettings, place  # noqa: E402
+from distlab.runtime.dist import Runtime  # noqa: E402
+from distlab.config import ModelSettings  # noqa: E402
+from distlab.training.placement import place  # noqa: E402
 from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import leftovers
 
-from distlab.recipes.lm.sandbox import Sandbox
+from distlab.sandbox import Sandbox
 
 
 @pytest.fixture(scope="module")

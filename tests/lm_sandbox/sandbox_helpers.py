@@ -6,8 +6,8 @@ import os
 import socket
 from pathlib import Path
 
-from distlab.recipes.lm.sandbox import Sandbox
-from distlab.recipes.lm.sandbox.isolation import detect
+from distlab.sandbox import Sandbox
+from distlab.sandbox.isolation import detect
 
 
 def leftovers(box: Sandbox) -> list[str]:

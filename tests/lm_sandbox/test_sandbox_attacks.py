@@ -11,8 +11,8 @@ import time
 import pytest
 from sandbox_helpers import TOKEN_ATTACKS, leftovers, my_zombies
 
-from distlab.recipes.lm.sandbox import Sandbox
-from distlab.recipes.lm.sandbox.runner import EXIT_ATTEMPT, TEST_FAILED, UNTRUSTED
+from distlab.sandbox import Sandbox
+from distlab.sandbox.runner import EXIT_ATTEMPT, TEST_FAILED, UNTRUSTED
 
 PASSING_TESTS = "assert True\n"
 
@@ -294,7 +294,7 @@ assert os.listdir('.') == []
 
 def test_the_tree_dies_with_the_process_that_started_it():
     """A trainer killed with SIGKILL runs no cleanup: the kernel's parent-death signal must take the tree down."""
-    script = ("from distlab.recipes.lm.sandbox import Sandbox\nbox = Sandbox(timeout_s=60, workers=2)\n"
+    script = ("from distlab.sandbox import Sandbox\nbox = Sandbox(timeout_s=60, workers=2)\n"
               "print(box.root, flush=True)\nbox.run_many([('import time\\ntime.sleep(60)', 'assert True')] * 2)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     root = parent.stdout.readline().strip()

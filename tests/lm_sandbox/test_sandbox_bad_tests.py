@@ -1,7 +1,7 @@
 """Tests that cannot judge a program get their own status: never a pass, never blamed on the program."""
 
-from distlab.recipes.lm.sandbox import Sandbox
-from distlab.recipes.lm.sandbox.sandbox import judging_problem
+from distlab.sandbox import Sandbox
+from distlab.sandbox.sandbox import judging_problem
 
 PROGRAM = "def f():\n    return 1\n"
 

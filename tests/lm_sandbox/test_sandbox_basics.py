@@ -7,8 +7,8 @@ from omegaconf import OmegaConf
 from sandbox_helpers import isolation_log
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.sandbox import Sandbox, SandboxConfig, SandboxResult
-from distlab.recipes.lm.sandbox.runner import rewrite_tests
+from distlab.sandbox import Sandbox, SandboxConfig, SandboxResult
+from distlab.sandbox.runner import rewrite_tests
 
 ADD = "def add(a, b):\n    return a + b\n"
 
@@ -250,7 +250,7 @@ def test_cross_process_failures_are_still_failures(box):
 
 def test_wire_decoder_builds_only_values():
     """The judge's decoder: literals of built-in values and handles; every call, name or operator else refused."""
-    from distlab.recipes.lm.sandbox.runner import make_endpoint
+    from distlab.sandbox.runner import make_endpoint
 
     class Refused(Exception):
         pass

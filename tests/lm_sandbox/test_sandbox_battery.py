@@ -23,7 +23,7 @@ from sandbox_helpers import (ESCAPE, TOKEN_ATTACKS, accepted, fs_attacks, fs_esc
                              make_run_dir, marker_process, my_zombies, outside_dir, plant_secrets, read_attacks)
 
 import distlab
-from distlab.recipes.lm.sandbox import Sandbox
+from distlab.sandbox import Sandbox
 
 RUNS = 1000
 ADD = "def add(a, b):\n    return a + b\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from distlab.recipes.lm.sandbox import Sandbox
+from distlab.sandbox import Sandbox
 
 MBPP_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mbpp"
 

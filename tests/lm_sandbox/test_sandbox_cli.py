@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.sandbox.cli import add_command
+from distlab.sandbox.cli import add_command
 
 
 def _parse(argv):
@@ -45,14 +45,14 @@ def test_missing_file_is_the_commands_own_error(files):
     a = _parse(["sandbox", "run", str(files / "nope.py"), "--tests", str(files / "tests.py")])
     with pytest.raises(DistlabError, match="nope.py not found"):
         a.func(a)
-    p = subprocess.run([sys.executable, "-m", "distlab.recipes.lm.sandbox.cli", "run", str(files / "nope.py"),
+    p = subprocess.run([sys.executable, "-m", "distlab.sandbox.cli", "run", str(files / "nope.py"),
                         "--tests", str(files / "tests.py")], capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("distlab: error: program ")
 
 
 def test_module_entry_point_runs_a_program(files):
-    p = subprocess.run([sys.executable, "-m", "distlab.recipes.lm.sandbox.cli", "run", str(files / "bad.py"),
+    p = subprocess.run([sys.executable, "-m", "distlab.sandbox.cli", "run", str(files / "bad.py"),
                         "--tests", str(files / "tests.py"), "--json"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["status"] == "failed"

@@ -15,8 +15,8 @@ from sandbox_helpers import (ESCAPE, accepted, fs_attacks, fs_escapes, isolation
                              outside_dir)
 
 import distlab
-from distlab.recipes.lm.sandbox import Sandbox, isolation, runner
-from distlab.recipes.lm.sandbox.isolation import detect
+from distlab.sandbox import Sandbox, isolation, runner
+from distlab.sandbox.isolation import detect
 
 REPO = str(Path(distlab.__file__).resolve().parents[2])
 

@@ -15,8 +15,8 @@ import pytest
 from sandbox_helpers import isolation_log, marker_process, outside_dir, plant_secrets, read_attacks
 
 import distlab
-from distlab.recipes.lm.sandbox import Sandbox, runner
-from distlab.recipes.lm.sandbox.isolation import detect
+from distlab.sandbox import Sandbox, runner
+from distlab.sandbox.isolation import detect
 
 REPO = str(Path(distlab.__file__).resolve().parents[2])
 DEV = {"null", "zero", "full", "random", "urandom", "fd", "stdin", "stdout", "stderr", "shm"}
@@ -123,8 +123,7 @@ def test_site_packages_only_when_asked():
 
 
 def test_the_logged_level_says_what_is_hidden(monkeypatch):
-    from distlab.recipes.lm.sandbox import isolation
-
+    from distlab.sandbox import isolation
     iso, logged = isolation_log(lambda: detect())
     assert iso.minimal_root and len(logged) == 1 and logged[0][0] == "INFO", logged
     assert "a minimal root" in logged[0][1] and "no home, repository, data set or run directory" in logged[0][1]
@@ -195,7 +194,7 @@ def test_the_cli_names_the_view(tmp_path):
     program could see."""
     (tmp_path / "p.py").write_text("import os\nseen = os.path.exists('/home') or os.path.exists('/root/.bashrc')\n")
     (tmp_path / "t.py").write_text("assert seen\n")
-    p = subprocess.run([sys.executable, "-m", "distlab.recipes.lm.sandbox.cli", "run", str(tmp_path / "p.py"),
+    p = subprocess.run([sys.executable, "-m", "distlab.sandbox.cli", "run", str(tmp_path / "p.py"),
                         "--tests", str(tmp_path / "t.py")], capture_output=True, text=True, timeout=120)
     iso = detect()
     assert p.returncode == 0 and p.stdout.startswith("failed in ") == iso.minimal_root, p

@@ -27,7 +27,7 @@ handler.emit = lambda record: logged.append((record.levelname, record.getMessage
 logging.getLogger("distlab").addHandler(handler)
 logging.getLogger("distlab").setLevel(logging.INFO)
 from distlab.errors import DistlabError
-from distlab.recipes.lm.sandbox import Sandbox
+from distlab.sandbox import Sandbox
 
 ADD = "def add(a, b):\\n    return a + b\\n"
 GOOD, BAD = "assert add(2, 2) == 4\\n", "assert add(2, 2) == 5\\n"

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.sandbox import SandboxConfig
-from distlab.recipes.lm.sandbox.config import check_limits, per_rank
+from distlab.sandbox import SandboxConfig
+from distlab.sandbox.config import check_limits, per_rank
 
 
 def test_auto_divides_the_cores_among_the_ranks_on_the_node(monkeypatch):

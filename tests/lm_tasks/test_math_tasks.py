@@ -10,7 +10,7 @@ import pytest
 from distlab.errors import DistlabError
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.reward_funcs import Sample, format_reward
-from distlab.recipes.lm.sandbox import SandboxConfig
+from distlab.sandbox import SandboxConfig
 from distlab.recipes.lm.tasks import (MATH_FAMILIES, MATH_FAMILIES_EVAL, MATH_FAMILIES_TRAIN, chat_messages,
                                       load_tasks, math_tasks, stop_strings, text_completion, text_prompt)
 from distlab.recipes.lm.tasks.math_answer import answers_match, check_answer, extract_answer, numeric_value

@@ -123,7 +123,7 @@ def test_a_run_stopped_by_its_reward_says_its_directory_is_kept(tmp_path):
 
 
 def test_the_kept_note_without_a_checkpoint_says_start_again(tmp_path):
-    from distlab.worker import kept_note
+    from distlab.launch.worker import kept_note
 
     run = tmp_path / "r"
     run.mkdir()

@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
 
 from distlab.recipes.lm.rewards import RewardScorer  # noqa: E402
-from distlab.recipes.lm.sandbox import SandboxConfig  # noqa: E402
+from distlab.sandbox import SandboxConfig  # noqa: E402
 from distlab.recipes.lm.tasks import synthetic_tasks  # noqa: E402
 
 

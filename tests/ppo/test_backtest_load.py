@@ -5,8 +5,8 @@ import json
 import torch
 import torch.distributed.checkpoint as dcp
 
-from distlab.checkpoint import CheckpointManager, TrainState
-from distlab.dist import Runtime
+from distlab.training.checkpoint import CheckpointManager, TrainState
+from distlab.runtime.dist import Runtime
 from distlab.recipes.ppo.backtest_cli import load_policy_weights
 
 

@@ -6,7 +6,7 @@ import torch
 
 from mp import run_ranks
 
-from distlab.dist import init_runtime
+from distlab.runtime.dist import init_runtime
 from distlab.recipes.ppo.algo import PPOConfig, PPOHooks, train
 
 

@@ -52,7 +52,7 @@ def _rollout(kind: str, **sizes):
     obs, _ = envs.reset(seed=0)
     cur = EnvCursor(as_tensor(obs, "cpu"), torch.zeros(4), pol.initial_state(4))
     ro = Rollout.allocate(48, 4, envs.single_observation_space.shape, (), torch.long, "cpu")
-    ac = contextlib.nullcontext  # fp32, as distlab.wrap.autocast gives without bf16
+    ac = contextlib.nullcontext  # fp32, as distlab.training.wrap.autocast gives without bf16
     cur, _, _ = collect_rollout(envs, pol, cur, ro, ac)      # second rollout starts from a non-zero state
     cur, _, _ = collect_rollout(envs, pol, cur, ro, ac)
     envs.close()

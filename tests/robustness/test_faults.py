@@ -246,7 +246,7 @@ def test_stopped_rank_ends_the_job_and_is_named(work, victim, attempt):
     Stopping rank 0 used to hang 2 runs in 5: rank 1 logged its timeout and then deadlocked freeing the
     gloo group (the group's destructor joins gloo's thread while holding the GIL that thread waits for).
     """
-    from distlab.launch import WATCH_GRACE_S
+    from distlab.launch.launcher import WATCH_GRACE_S
 
     name = f"stop{victim}-{attempt}"
     proc, err, took = _fault_drill(work, name, lambda proc, pids: os.kill(pids[victim], signal.SIGSTOP))

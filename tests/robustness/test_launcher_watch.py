@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from distlab import launch
-from distlab.logs import RunFileHandler
+from distlab.launch import launcher as launch
+from distlab.run.logs import RunFileHandler
 
 
 def _fake_rank(rank: int) -> subprocess.Popen:

@@ -100,7 +100,7 @@ def test_the_count_skips_initialisers_but_not_parameters():
     """train asks for the estimate before every launch: HRM's initialisers took seconds (minutes under load) and a
     huge model could not be allocated at all; the counts are those of the plain build."""
     from distlab.config import resolve_config
-    from distlab.memory_estimate import recipe_specs
+    from distlab.memory.estimate import recipe_specs
     from distlab.recipe import load_recipe
 
     for name, overrides in (("toy", []), ("hrm", ["arch.hidden_size=64", "arch.num_heads=2"])):

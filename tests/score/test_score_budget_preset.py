@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
 
 from distlab.config import resolve_config  # noqa: E402
-from distlab.doctor.memory import plan_devices  # noqa: E402
-from distlab.memory_estimate import recipe_specs  # noqa: E402
+from distlab.memory.plan import plan_devices  # noqa: E402
+from distlab.memory.estimate import recipe_specs  # noqa: E402
 from distlab.recipe import load_recipe  # noqa: E402
 
 CARD = 44.5 * 2**30
@@ -31,7 +31,7 @@ def test_the_preset_is_the_measured_layout():
 
 
 def test_the_doctor_fits_it_under_the_card_and_not_without_its_moves():
-    from distlab.doctor.memory import SAFETY_FRACTION
+    from distlab.memory.plan import SAFETY_FRACTION
 
     budget = _gpu_gib()
     assert budget < 44.5 * SAFETY_FRACTION  # the doctor's "fits" on the seed's card

@@ -15,7 +15,7 @@ def _setting(args, key):
 
 
 def test_turn1_turn2_and_guidance_calls_keep_one_cache_shape_each(monkeypatch):
-    from distlab.launch import preflight
+    from distlab.launch.launcher import preflight
     from distlab.recipes.lm import generate as gen
     from distlab.recipes.lm.model_source import load_causal_lm
     from distlab.recipes.lm.rewards import RewardScorer

@@ -3,9 +3,9 @@
 import pytest
 
 from distlab.config import resolve_config
-from distlab.doctor.memory import plan_devices
+from distlab.memory.plan import plan_devices
 from distlab.errors import DistlabError
-from distlab.placement import check_config
+from distlab.training.placement import check_config
 from distlab.recipe import load_recipe
 from distlab.recipes.score.config import used_models
 from distlab.recipes.score.recipe import check, model_spec

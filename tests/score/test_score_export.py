@@ -9,7 +9,7 @@ PROMPTS = ["def add(a, b):\n    return", "Write a function that doubles x."]
 def test_the_exported_policy_has_the_trained_logits(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from distlab.checkpoint import find_checkpoint, load_model_weights
+    from distlab.training.checkpoint import find_checkpoint, load_model_weights
     from distlab.recipes.lm.model_source import load_causal_lm
 
     run_cli(["train", "score", *TINY, "steps=1", "guidance=none", "run.name=exp", "run.seed=5"], tmp_path)

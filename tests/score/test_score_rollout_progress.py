@@ -9,8 +9,8 @@ from score_cli import TINY  # noqa: E402
 
 
 def test_a_rollout_counts_the_tokens_of_every_turn(capsys):
-    from distlab.launch import preflight
-    from distlab.logs import Progress
+    from distlab.launch.launcher import preflight
+    from distlab.run.logs import Progress
     from distlab.recipes.lm.model_source import load_causal_lm
     from distlab.recipes.lm.rewards import RewardScorer
     from distlab.recipes.lm.task_sets import task_split

@@ -187,7 +187,7 @@ def _job_env(bin_dir, **extra: str) -> dict[str, str]:
 
 def test_two_node_job_starts_one_distlab_launcher_per_node_with_its_rank(tmp_path):
     from distlab.cli import _launch_opts
-    from distlab.launch import check_options
+    from distlab.launch.launcher import check_options
     from slurm_cluster import launch_args, recorded
 
     record = tmp_path / "record"
@@ -291,7 +291,7 @@ def test_suite_run_create_slurm_honours_the_slurm_options(tmp_path, monkeypatch,
 
 
 def test_distlab_slurm_writes_the_same_launch_as_suites(tmp_path):
-    from distlab.slurm import write_job_script
+    from distlab.launch.slurm import write_job_script
 
     out = write_job_script("toy", [], ["steps=2"], tmp_path / "job.sh", gpus=4, nodes=2, time="10",
                            setup=["source venv/bin/activate"])

@@ -126,7 +126,7 @@ def cpu_count() -> int:
 
 
 def collect_host() -> dict[str, Any]:
-    from distlab.hostmem import available_bytes, meminfo
+    from distlab.memory.host import available_bytes, meminfo
 
     mem = meminfo()
     return {

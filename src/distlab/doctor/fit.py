@@ -54,7 +54,7 @@ def check_fits(recipe: Any, cfg: Any, presets: list[str], overrides: list[str], 
     the setting that shrinks it most; with ``force`` only warn. An evaluation counts weights alone (no gradients,
     optimizer states or training activations), so only a checkpoint that cannot even be loaded is refused."""
     from distlab.doctor.checks import check_memory
-    from distlab.memory_estimate import recipe_specs
+    from distlab.memory.estimate import recipe_specs
 
     specs = recipe_specs(recipe, cfg)
     if specs is None:
@@ -108,8 +108,8 @@ def _capacity(specs: Any, target: Target) -> tuple[list[dict[str, Any]], dict[st
 
 
 def ram_available() -> int | None:
-    """The doctor's RAM figure (:func:`distlab.hostmem.available_bytes`), looked up at each call."""
-    from distlab.hostmem import available_bytes
+    """The doctor's RAM figure (:func:`distlab.memory.host.available_bytes`), looked up at each call."""
+    from distlab.memory.host import available_bytes
 
     return available_bytes()
 
@@ -136,7 +136,7 @@ def _best_setting(recipe: Any, presets: list[str], overrides: list[str], world_s
     memory settings this recipe's config has; None if none of them shrinks the estimate."""
     from distlab.config import finalize_config, resolve_config
     from distlab.doctor.checks import check_memory
-    from distlab.memory_estimate import recipe_specs
+    from distlab.memory.estimate import recipe_specs
 
     cfg = resolve_config(recipe, presets, overrides)
     best = None

@@ -17,9 +17,9 @@ import torch
 
 from distlab.doctor import checks
 from distlab.doctor.bandwidth import run_allreduce, sizes_up_to
-from distlab.doctor.memory import find_scaling_file, plan_devices, plan_memory, speedup_estimates
+from distlab.memory.plan import find_scaling_file, plan_devices, plan_memory, speedup_estimates
 from distlab.errors import DistlabError
-from distlab.logs import Progress, phase_progress
+from distlab.run.logs import Progress, phase_progress
 from distlab.recipe import ModelSpec
 
 # Warnings alone exit 0 (see distlab.doctor's docstring); EXIT_WARN stays as a name for scripts that import it.
@@ -161,8 +161,8 @@ def recipe_model_spec(recipe_name: str, overrides: list[str], presets: list[str]
                       ) -> ModelSpec | list[ModelSpec]:
     """The memory model of a recipe config, so the estimate matches what ``train`` would build; the config passes
     the same checks ``train`` makes first, so a setting train refuses is refused here in the same line."""
-    from distlab.launch import preflight
-    from distlab.memory_estimate import recipe_specs
+    from distlab.launch.launcher import preflight
+    from distlab.memory.estimate import recipe_specs
     from distlab.recipe import load_recipe
 
     recipe = load_recipe(recipe_name)

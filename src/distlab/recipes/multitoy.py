@@ -17,12 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distlab.config import BaseConfig
-from distlab.dist import module_checksum
-from distlab.placement import ModelSettings, compute_device, place, soft_update_, wrap_of
+from distlab.runtime.dist import module_checksum
+from distlab.config import BaseConfig, ModelSettings, wrap_of
+from distlab.training.placement import compute_device, place, soft_update_
 from distlab.recipe import ModelSpec, Recipe
-from distlab.sampler import GlobalBatchSampler, check_divisible
-from distlab.wrap import unwrap
+from distlab.runtime.sampler import GlobalBatchSampler, check_divisible
+from distlab.training.wrap import unwrap
 
 
 def _default_models() -> dict[str, ModelSettings]:

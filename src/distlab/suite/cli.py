@@ -96,7 +96,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def _add_slurm_options(p, unset: bool = False) -> None:
     """The sbatch options; ``unset`` leaves every default None (filled in by :func:`_slurm_defaults`)."""
-    from distlab.slurm import add_node_options
+    from distlab.launch.slurm import add_node_options
 
     d = {k: None for k in SLURM_DEFAULTS} if unset else SLURM_DEFAULTS
     p.add_argument("--out", default=d["out"], help="folder for the scripts (default slurm_scripts)")
@@ -204,7 +204,7 @@ def _check_runs(suite: Suite, seeds, scale: str | None, root: str) -> None:
 
 def cmd_slurm(a: argparse.Namespace, extra: list[str]) -> int:
     """Write the suite's sbatch scripts and say how to submit them."""
-    from distlab.slurm import per_gpu
+    from distlab.launch.slurm import per_gpu
     from distlab.suite.slurm import scale_line, write_slurm_scripts
 
     suite = _load(a.suite, extra, ["--procs", *SLURM_FLAGS, "--seeds", "--smoke", "--scale", "--root", "--force",

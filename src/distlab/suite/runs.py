@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distlab.bench import steady_median
+from distlab.launch.bench import steady_median
 from distlab.errors import DistlabError
 
 _SEED_RE = re.compile(r"^seed(\d+)$")

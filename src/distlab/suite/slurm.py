@@ -169,7 +169,7 @@ def launch_plan(python: str, nodes: int, gpus_per_node: int, procs_per_node: int
 
 
 # Run by srun on every node, with the training argv as "$@". The launcher is not a rank itself: without
-# SLURM_PROCID it does not take srun's one-task-per-node layout for the ranks (distlab.dist.detect_env) and
+# SLURM_PROCID it does not take srun's one-task-per-node layout for the ranks (distlab.runtime.dist.detect_env) and
 # starts its own per-GPU ranks. exec, so srun's signals (the forwarded SIGUSR1) reach it directly.
 NODE_WRAPPER = ('unset SLURM_PROCID; exec "$@" --node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR" '
                 '--master-port "$MASTER_PORT"')

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from distlab.choices import Choice
-from distlab.placement import ModelSettings
-from distlab.recipes.lm.pg_loss import ScaleRewards, SequenceLoss
+from distlab.config import ModelSettings
+from distlab.recipes.lm.settings import ScaleRewards, SequenceLoss
 from distlab.recipes.lm.settings import LMRecipeConfig
 
 

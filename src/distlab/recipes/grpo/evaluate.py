@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from distlab.recipes.grpo.config import GRPOConfig
-from distlab.placement import DTYPES
-from distlab.recipes.lm.loop import skipped_fields
+from distlab.training.placement import DTYPES
+from distlab.training.loop import skipped_fields
 from distlab.recipes.lm.models import SamplingCopy, load_placed
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, paired_fields
 from distlab.recipes.lm.rewards import RewardScorer

@@ -90,15 +90,9 @@ def export(cfg: GRPOConfig, ckpt: Path, out: Path, fmt: str, adapter: bool, dtyp
     export_hf(cfg, ckpt, out, fmt, adapter, dtype=dtype)
 
 
-def register_commands(top, data_subparsers) -> None:  # noqa: ARG001 (``data tasks``: see lm/tasks/cli.py)
-    from distlab.recipes.lm.sandbox.cli import add_command
-
-    add_command(top)
-
-
 RECIPE = Recipe(name="grpo", config=GRPOConfig, train=train, presets_dir=PRESETS, batch_keys=("prompts_per_step",),
                 lr_keys=("lr",), validate=validate, evaluate=evaluate_checkpoint, model_spec=model_spec,
-                register_commands=register_commands, aliases=ALIASES, export=export, export_formats=EXPORT_FORMATS,
+                aliases=ALIASES, export=export, export_formats=EXPORT_FORMATS,
                 report_metrics=("pass@1", "sampled_pass@1", "reward_mean"), positive_keys=LM_POSITIVE_KEYS,
                 zero_means=LM_ZERO_MEANS, smoke=LM_SMOKE, python_inputs=python_inputs,
                 supports=frozenset({"dist.cpu_offload",

@@ -21,18 +21,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from distlab.checkpoint import Box
-from distlab.dist import module_checksum
-from distlab.logs import Progress, mark_peak, peak_memory
-from distlab.lr_schedule import lr_factor
-from distlab.optim_state import adamw
-from distlab.placement import DTYPES, compute_device
+from distlab.training.checkpoint import Box
+from distlab.runtime.dist import module_checksum
+from distlab.run.logs import Progress, mark_peak, peak_memory
+from distlab.training.lr_schedule import lr_factor
+from distlab.training.optim_state import adamw
+from distlab.training.placement import DTYPES, compute_device
 from distlab.recipes.grpo.config import GRPOConfig
 from distlab.recipes.lm.batching import by_length, micro_batches, sequences
 from distlab.recipes.lm.evaluation import evaluate_pass_at_k, logged_evaluation, paired_fields
 from distlab.recipes.lm.generate import generate, max_prompt_tokens
 from distlab.recipes.lm.logprobs import logprobs
-from distlab.recipes.lm.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
+from distlab.training.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
 from distlab.recipes.lm.models import SamplingCopy, gathered, load_placed
 from distlab.recipes.grpo.off_policy import RolloutsAhead
 from distlab.recipes.lm.pg_loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts, policy_loss,
@@ -46,8 +46,8 @@ from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.nonfinite import SkipProbe, micro_batch_record
 from distlab.recipes.lm.update import frozen_logprobs, policy_update
 from distlab.recipes.lm.warmup import supervised_warmup
-from distlab.sampler import GlobalBatchSampler
-from distlab.wrap import unwrap
+from distlab.runtime.sampler import GlobalBatchSampler
+from distlab.training.wrap import unwrap
 
 
 def train(cfg: GRPOConfig, session) -> dict:

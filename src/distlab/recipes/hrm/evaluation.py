@@ -18,8 +18,8 @@ from distlab.atomic import atomic_path, atomic_write_json, atomic_write_text
 from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.data.format import PuzzleSplit
 from distlab.recipes.hrm.models.loss import run_segment
-from distlab.sampler import eval_shard
-from distlab.wrap import replays_cuda_graphs, unwrap
+from distlab.runtime.sampler import eval_shard
+from distlab.training.wrap import replays_cuda_graphs, unwrap
 
 log = logging.getLogger("distlab")
 

@@ -1,4 +1,4 @@
-"""Optimizers for the HRM/TRM recipes (the lr schedule is the core's :mod:`distlab.lr_schedule`).
+"""Optimizers for the HRM/TRM recipes (the lr schedule is the core's :mod:`distlab.training.lr_schedule`).
 
 * Dense weights: Adam-atan2 (Everett et al. 2024), which replaces Adam's ``m / (sqrt(v) + eps)``
   by ``a * atan2(m, b * sqrt(v))``: bounded, scale invariant and free of the eps hyper-parameter.
@@ -16,9 +16,9 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from distlab.dist import Runtime
+from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError, near_matches
-from distlab.optim_state import adamw
+from distlab.training.optim_state import adamw
 
 from .models.puzzle_emb import SparsePuzzleEmbedding
 
@@ -42,9 +42,9 @@ def build_optimizers(model: nn.Module, optimizer: str = "adam_atan2", lr: float 
                      rt: Runtime | None = None, equal_rows: bool = False) -> list[torch.optim.Optimizer]:
     """Dense optimizer for the parameters plus, when the model has puzzle embeddings, SparseSignSGD.
 
-    Every param group records ``base_lr`` for :func:`distlab.lr_schedule.set_lr`. ``model`` may be DDP/compile wrapped.
+    Every param group records ``base_lr`` for :func:`distlab.training.lr_schedule.set_lr`. ``model`` may be DDP/compile wrapped.
     ``state_dtype`` (``optim.state_dtype``) applies to AdamW, built by the core's
-    :func:`distlab.optim_state.adamw`; Adam-atan2 keeps fp32 moments (its package has no other).
+    :func:`distlab.training.optim_state.adamw`; Adam-atan2 keeps fp32 moments (its package has no other).
     ``rt`` is the runtime the sparse update combines rows over; ``equal_rows`` says every rank touches the same
     number of rows per step (see :class:`SparseSignSGD`).
     """

@@ -8,7 +8,7 @@ from distlab.config import CompileMode
 from distlab.errors import DistlabError
 from distlab.recipe import Recipe
 from distlab.recipes.hrm.config import HRMConfig
-from distlab.sampler import check_divisible
+from distlab.runtime.sampler import check_divisible
 
 PRESETS = Path(__file__).parent / "presets"
 SAMPLINGS = ("groups", "examples")
@@ -96,7 +96,7 @@ def evaluate_checkpoint(cfg: HRMConfig, session, ckpt: Path) -> dict:
     from distlab.recipes.hrm.evaluation import evaluate
     from distlab.recipes.hrm.optim import SparseSignSGD
     from distlab.recipes.hrm.train import build, metadata_dict, track_state
-    from distlab.wrap import unwrap
+    from distlab.training.wrap import unwrap
 
     data_dir = cfg.data.resolved_path()
     test = load_split(data_dir, "test")

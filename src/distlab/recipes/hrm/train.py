@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from distlab.atomic import exclusive_lock
-from distlab.checkpoint import Box
+from distlab.training.checkpoint import Box
 from distlab.errors import DistlabError
-from distlab.lr_schedule import set_lr
+from distlab.training.lr_schedule import set_lr
 from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.config import HRMConfig
 from distlab.recipes.hrm.data.format import PuzzleSplit, load_split
@@ -31,9 +31,9 @@ from distlab.recipes.hrm.models.config import curriculum_cycles, parse_curriculu
 from distlab.recipes.hrm.models.ema import EMA
 from distlab.recipes.hrm.models.loss import run_segment
 from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers, find_puzzle_emb
-from distlab.profiling import phase
-from distlab.sampler import GlobalBatchSampler
-from distlab.wrap import replays_cuda_graphs, unwrap
+from distlab.run.profiling import phase
+from distlab.runtime.sampler import GlobalBatchSampler
+from distlab.training.wrap import replays_cuda_graphs, unwrap
 
 log = logging.getLogger("distlab")
 
@@ -188,7 +188,7 @@ def train(cfg: HRMConfig, session) -> dict:
             status = "preempted"
             break
     progress.close()
-    from distlab.dist import module_checksum
+    from distlab.runtime.dist import module_checksum
 
     result = {"status": status, "step": step, "steps": steps, "train": last, "data": str(data_dir),
               "param_checksum": module_checksum(unwrap(model)), "world_size": rt.world_size}

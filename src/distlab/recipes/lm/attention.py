@@ -21,7 +21,7 @@ _fallback = None  # transformers' sdpa_attention_forward, bound once by register
 def attention_names() -> tuple[str, ...]:
     """Every ``attn_implementation`` this transformers takes, ``grouped_sdpa`` first: what a setting is checked
     against before any process starts."""
-    from distlab.optim_state import import_torchao_quietly
+    from distlab.training.optim_state import import_torchao_quietly
 
     import_torchao_quietly()  # transformers imports it: first, without its error-looking lines
     from transformers import AttentionInterface

@@ -88,7 +88,7 @@ def check_roles(models: Any, trained: tuple[str, ...], frozen: dict[str, str]) -
 def check_settings(cfg: Any) -> None:
     """Values each LM recipe reads only inside a rank, checked once here: sampling, evaluation, the sandbox."""
     from distlab.recipes.lm.logprobs import PACKING_ATTENTIONS
-    from distlab.recipes.lm.sandbox.config import check_sandbox
+    from distlab.sandbox.config import check_sandbox
 
     check_sampling(cfg.sampling)
     check_evaluation(cfg.evaluation)

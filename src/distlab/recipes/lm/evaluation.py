@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from distlab.atomic import atomic_write_json
-from distlab.logs import Progress
-from distlab.session import StopRequested, stop_requested
+from distlab.run.logs import Progress
+from distlab.training.session import StopRequested, stop_requested
 
 from distlab.recipes.lm.models import gathered
 from distlab.recipes.lm.generate import generate
@@ -21,7 +21,7 @@ from distlab.recipes.lm.prompting import prompt_text, stops_for
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.lm.settings import EvalConfig, SamplingConfig
 from distlab.recipes.lm.tasks import Task
-from distlab.wrap import unwrap
+from distlab.training.wrap import unwrap
 
 log = logging.getLogger("distlab")
 

@@ -36,8 +36,8 @@ def export_hf(cfg: Any, ckpt: Path, out: Path, fmt: str, adapter: bool, model: s
 
 
 def _export(cfg: Any, ckpt: Path, out: Path, fmt: str, adapter: bool, model: str, dtype: str | None) -> None:
-    from distlab.checkpoint import load_model_weights
-    from distlab.placement import DTYPES, keep_trained_weights_fp32
+    from distlab.training.checkpoint import load_model_weights
+    from distlab.training.placement import DTYPES, keep_trained_weights_fp32
     from distlab.recipes.lm.model_source import load_causal_lm
 
     if fmt not in FORMATS:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import torch
 
 from distlab.errors import DistlabError
-from distlab.placement import compute_device
+from distlab.training.placement import compute_device
 from distlab.recipes.lm.logprobs import position_ids_from_mask
 from distlab.recipes.lm.model_parts import unwrap_model
 from distlab.recipes.lm.sampling import nonfinite_rows, sample_next

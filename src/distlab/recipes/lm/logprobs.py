@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from distlab.placement import compute_device
+from distlab.training.placement import compute_device
 from distlab.recipes.lm.model_parts import unwrap_model
 
 # Architectures that transform logits after the LM head; the chunked head would skip that step.
@@ -270,7 +270,7 @@ def logprobs(model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, mask: torc
              ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`token_logprobs` of ``mask``ed tokens for a placed model (wrapped, offloaded or on another device).
 
-    Inputs go to where the model computes (:func:`~distlab.placement.compute_device`), gradients flow
+    Inputs go to where the model computes (:func:`~distlab.training.placement.compute_device`), gradients flow
     as enabled, and temperature 0 (greedy sampling) scores at temperature 1, the distribution a greedy
     rollout would be trained against. ``pack`` (``padding_free``) runs the sequences packed (:func:`pack_rows`).
     """

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from distlab.placement import wrap_of
+from distlab.config import wrap_of
 from distlab.recipe import ModelSpec
 from distlab.recipes.lm.model_parts import decoder_layers
 from distlab.recipes.lm.model_source import resolve_source

@@ -15,7 +15,7 @@ LLAMA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_pr
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The underlying ``transformers`` model under DDP, ``torch.compile`` and peft wrappers."""
-    from distlab.wrap import unwrap
+    from distlab.training.wrap import unwrap
 
     model = unwrap(model)
     get_base = getattr(model, "get_base_model", None)

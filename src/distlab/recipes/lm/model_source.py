@@ -189,7 +189,7 @@ def load_causal_lm(
     each decoder layer in backward (non-reentrant, so it composes with FSDP2 and LoRA). ``seed`` only matters for ``tiny:`` models.
     ``gguf_cache=False`` reads a GGUF file directly every time instead of the converted copy.
     """
-    from distlab.optim_state import import_torchao_quietly
+    from distlab.training.optim_state import import_torchao_quietly
     from distlab.recipes.lm.model_parts import apply_lora, enable_gradient_checkpointing
 
     import_torchao_quietly()  # transformers imports it when installed; first, without its error-looking lines
@@ -235,7 +235,7 @@ def load_causal_lm(
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     if lora_r > 0:
-        from distlab.checkpoint import FROZEN_BASE_ATTR
+        from distlab.training.checkpoint import FROZEN_BASE_ATTR
 
         model = apply_lora(model, r=lora_r, alpha=lora_alpha, dropout=lora_dropout)
         # the frozen base is this source (and seed, for the models built in memory): checkpoints keep the adapters

@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from distlab.placement import DTYPES, place
+from distlab.training.placement import DTYPES, place
 from distlab.recipes.lm.model_parts import decoder_layers
 from distlab.recipes.lm.model_source import load_causal_lm
 from distlab.recipes.lm.settings import ModelConfig
-from distlab.wrap import unwrap
+from distlab.training.wrap import unwrap
 
 
 def load_placed(name: str, cfg: Any, session, seed: int, lora: bool = True) -> tuple[nn.Module, Any]:

@@ -44,28 +44,7 @@ from enum import Enum
 import torch
 from torch import Tensor
 
-from distlab.choices import Choice
-
-
-class SequenceLoss(Choice):
-    """GRPO's aggregations (TRL's ``loss_type`` names); see :func:`policy_loss`."""
-
-    grpo = "grpo"
-    bnpo = "bnpo"
-    dr_grpo = "dr_grpo"
-    dapo = "dapo"
-
-
-class ScaleRewards(Choice):
-    group = "group"
-    batch = "batch"
-    none = "none"
-
-
-class KLEstimator(Choice):
-    k1 = "k1"
-    k2 = "k2"
-    k3 = "k3"
+from distlab.recipes.lm.settings import KLEstimator, ScaleRewards, SequenceLoss
 
 
 LOSS_TYPES: tuple[str, ...] = tuple(x.value for x in SequenceLoss)

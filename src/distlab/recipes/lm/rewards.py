@@ -15,8 +15,8 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
-from distlab.recipes.lm.sandbox import Sandbox, SandboxConfig
-from distlab.recipes.lm.sandbox.config import per_rank
+from distlab.sandbox import Sandbox, SandboxConfig
+from distlab.sandbox.config import per_rank
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.math_answer import check_answer
 from distlab.recipes.lm.tasks.prompts import build_program

@@ -9,8 +9,28 @@ from typing import Any
 from distlab.choices import Choice
 from distlab.config import BaseConfig
 from distlab.errors import DistlabError
-from distlab.recipes.lm.pg_loss import KLEstimator
-from distlab.recipes.lm.sandbox.config import SandboxConfig
+from distlab.sandbox.config import SandboxConfig
+
+
+class SequenceLoss(Choice):
+    """GRPO's aggregations (TRL's ``loss_type`` names); see :func:`distlab.recipes.lm.pg_loss.policy_loss`."""
+
+    grpo = "grpo"
+    bnpo = "bnpo"
+    dr_grpo = "dr_grpo"
+    dapo = "dapo"
+
+
+class ScaleRewards(Choice):
+    group = "group"
+    batch = "batch"
+    none = "none"
+
+
+class KLEstimator(Choice):
+    k1 = "k1"
+    k2 = "k2"
+    k3 = "k3"
 
 
 class PromptMode(Choice):

@@ -4,7 +4,7 @@ The recipe supplies the loss of one micro-batch; this module owns the rest of th
 the policy that sampled the rollouts and of the frozen reference (once, before any update, under the
 same autocast as the trained pass so that the first ratio is exactly 1 in value), then
 ``iterations`` optimizer steps, each accumulating every micro-batch's gradient with DDP's all-reduce
-only on the last, then clipping and stepping (through the session's :class:`distlab.amp.MixedPrecision`:
+only on the last, then clipping and stepping (through the session's :class:`distlab.training.amp.MixedPrecision`:
 with ``dist.precision=fp16`` the loss is scaled and a step with inf/NaN gradients skipped). Losses are
 normalised by global counts the recipe agreed beforehand, so nothing here divides by the number of
 micro-batches or ranks.
@@ -20,9 +20,9 @@ from torch import nn
 
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.recipes.lm.nonfinite import SkipProbe, dump_skipped_step, nonfinite_params
-from distlab.amp import MixedPrecision
-from distlab.logs import mark_peak
-from distlab.wrap import no_sync
+from distlab.training.amp import MixedPrecision
+from distlab.run.logs import mark_peak
+from distlab.training.wrap import no_sync
 
 log = logging.getLogger("distlab")
 

@@ -20,7 +20,7 @@ from torch import nn
 from distlab.recipes.lm.batching import sequences
 from distlab.recipes.lm.logprobs import logprobs
 from distlab.recipes.lm.tasks import Task, text_completion, text_prompt
-from distlab.amp import MixedPrecision
+from distlab.training.amp import MixedPrecision
 
 log = logging.getLogger("distlab")
 

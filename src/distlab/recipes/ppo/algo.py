@@ -6,7 +6,7 @@ the policy had before its first step, each minibatch takes all T steps of a subs
 update replays those sequences from the stored state with the same done-resets as the rollout.
 
 Rank, seeding, TF32, autocast, the any-rank stop flag and the gather of finished episodes come from
-the core (:class:`distlab.dist.Runtime`, :mod:`distlab.wrap`). With several ranks, every rank steps
+the core (:class:`distlab.runtime.dist.Runtime`, :mod:`distlab.training.wrap`). With several ranks, every rank steps
 its own envs (seed + 1000 * rank), rank 0's parameters are broadcast at start, and after each
 backward pass the gradients of all ranks are averaged with one all-reduce of a single flat buffer.
 The policy is called several times per minibatch during recurrent replay, which is why this does
@@ -26,14 +26,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from distlab.amp import MixedPrecision
-from distlab.dist import Runtime
+from distlab.training.amp import MixedPrecision
+from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError
 from distlab.recipes.ppo.buffer import (Minibatch, Rollout, compute_gae, env_minibatches, flat_minibatch,
                                         sample_minibatches, sequence_minibatch)
 from distlab.recipes.ppo.envs import check_env_impl, finished_episodes, make_vec_env
 from distlab.recipes.ppo.policy import ActorCritic, State, build_policy
-from distlab.wrap import autocast, set_fast_math
+from distlab.training.wrap import autocast, set_fast_math
 
 
 @dataclass
@@ -81,7 +81,7 @@ class PPOConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     # hardware
     device: str = "cpu"
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 with dynamic loss scaling, distlab.amp)
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 with dynamic loss scaling, distlab.training.amp)
     tf32: bool = True
     cudnn_benchmark: bool = False
     torch_threads: int | None = None

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from distlab.atomic import atomic_save_figure, atomic_write_json
-from distlab.logs import Progress, phase_progress
+from distlab.run.logs import Progress, phase_progress
 from distlab.recipes.ppo.policy import ActorCritic
 from distlab.recipes.ppo.trading import StockTradingEnv
 

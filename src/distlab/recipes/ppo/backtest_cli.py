@@ -16,7 +16,7 @@ from distlab.errors import DistlabError
 
 
 def run_backtest(run_dir: Path, start: str, end: str | None, out: Path | None) -> Path:
-    from distlab.checkpoint import find_checkpoint
+    from distlab.training.checkpoint import find_checkpoint
     from distlab.recipes.ppo.backtest import backtest
     from distlab.recipes.ppo.config import PPORecipeConfig, to_algo_config
     from distlab.recipes.ppo.policy import build_policy
@@ -50,7 +50,7 @@ def run_backtest(run_dir: Path, start: str, end: str | None, out: Path | None) -
 def load_policy_weights(policy: torch.nn.Module, ckpt: Path) -> None:
     """Read only the policy's weights from a training checkpoint (the core's single-process reader), so
     backtests of runs saved in either checkpoint layout keep working."""
-    from distlab.checkpoint import load_model_weights
+    from distlab.training.checkpoint import load_model_weights
 
     load_model_weights(policy, ckpt, prefer="policy")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from distlab.choices import Choice
 from distlab.errors import DistlabError
-from distlab.placement import ModelSettings
+from distlab.config import ModelSettings
 from distlab.recipes.lm.settings import LMRecipeConfig
 
 

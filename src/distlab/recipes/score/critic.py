@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from distlab.amp import MixedPrecision
-from distlab.placement import compute_device, soft_update_
+from distlab.training.amp import MixedPrecision
+from distlab.training.placement import compute_device, soft_update_
 from distlab.recipes.lm.logprobs import position_ids_from_mask
-from distlab.wrap import unwrap
+from distlab.training.wrap import unwrap
 
 
 class TwinHead(nn.Module):

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from distlab.placement import DTYPES
-from distlab.recipes.lm.loop import skipped_fields
+from distlab.training.placement import DTYPES
+from distlab.training.loop import skipped_fields
 from distlab.recipes.lm.models import SamplingCopy, load_placed
-from distlab.logs import Progress
+from distlab.run.logs import Progress
 from distlab.recipes.lm.evaluation import gathered_rows, paired_fields, prompts_per_call
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.task_sets import eval_tasks, train_tasks
@@ -24,7 +24,7 @@ from distlab.recipes.score.config import ScoreConfig, guidance_config
 from distlab.recipes.score.episode import leaks_code
 from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.score.rollout import Players, play
-from distlab.session import stop_requested
+from distlab.training.session import stop_requested
 
 
 def feedback_label(cfg: ScoreConfig) -> str:
@@ -40,7 +40,7 @@ def evaluate_self_correction(cfg: ScoreConfig, players: Players, tasks: list[Tas
     """``{"metrics": ..., "per_problem": [...]}`` (metrics identical on every rank); with
     ``evaluation.completions`` > 0 each row keeps its episode's texts (y1, the hint, y2). ``progress(label, total)``
     opens the progress over this rank's problems; a stop signal ends it after the current chunk, with
-    :class:`~distlab.session.StopRequested` on every rank."""
+    :class:`~distlab.training.session.StopRequested` on every rank."""
     mine = [tasks[i] for i in range(rt.rank, len(tasks), rt.world_size)]
     chunk = prompts_per_call(cfg.sampling, cfg.rows_per_rank(rt.world_size))
     episodes, stopped = [], False

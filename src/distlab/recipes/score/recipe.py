@@ -1,8 +1,8 @@
 """The ``score`` recipe: BiLevel SCoRe, two-turn self-correction RL for code (seed 004).
 
-Launch paths, all one code path (``distlab.worker``): ``distlab train score --procs N`` (CPU, gloo) or
-``--gpus N``; ``torchrun --nproc-per-node N -m distlab.worker score key=value ...``; and
-``accelerate launch --multi_gpu --num_processes N -m distlab.worker score key=value ...`` (accelerate sets
+Launch paths, all one code path (``distlab.launch.worker``): ``distlab train score --procs N`` (CPU, gloo) or
+``--gpus N``; ``torchrun --nproc-per-node N -m distlab.launch.worker score key=value ...``; and
+``accelerate launch --multi_gpu --num_processes N -m distlab.launch.worker score key=value ...`` (accelerate sets
 RANK and WORLD_SIZE, which the core reads; on a CPU-only machine add ``dist.device=cpu dist.backend=gloo``,
 since accelerate's ``--cpu`` flag starts a single process). The seed's two-GPU map is::
 
@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from distlab.errors import DistlabError
-from distlab.placement import wrap_of
+from distlab.config import wrap_of
 from distlab.recipe import ModelSpec, Recipe
 from distlab.recipes.lm.export import FORMATS as EXPORT_FORMATS
 from distlab.recipes.lm.python_inputs import python_inputs

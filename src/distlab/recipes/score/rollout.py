@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from distlab.logs import Progress
+from distlab.run.logs import Progress
 from distlab.recipes.lm.models import gathered
 from distlab.recipes.lm.prompting import prompt_text, stops_for
 from distlab.recipes.lm.generate import generate, generate_from_ids
@@ -24,7 +24,7 @@ from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.prompts import build_program, is_math
 from distlab.recipes.score.episode import (ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, execution_feedback,
                                            guidance_prompt, turn2_prompt)
-from distlab.wrap import unwrap
+from distlab.training.wrap import unwrap
 
 SEED_HINT, SEED_TURN2, SEED_NO_HINT = 1_000_003, 2_000_003, 3_000_017
 

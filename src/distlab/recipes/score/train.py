@@ -27,15 +27,15 @@ from functools import partial
 
 import torch
 
-from distlab.checkpoint import Box
-from distlab.dist import full_state_dict
-from distlab.logs import mark_peak, peak_memory
-from distlab.optim_state import adamw
-from distlab.placement import DTYPES, compute_device
+from distlab.training.checkpoint import Box
+from distlab.runtime.dist import full_state_dict
+from distlab.run.logs import mark_peak, peak_memory
+from distlab.training.optim_state import adamw
+from distlab.training.placement import DTYPES, compute_device
 from distlab.recipes.lm.batching import micro_batches, sequences
 from distlab.recipes.lm.evaluation import logged_evaluation
 from distlab.recipes.lm.logprobs import logprobs
-from distlab.recipes.lm.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
+from distlab.training.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
 from distlab.recipes.lm.models import SamplingCopy
 from distlab.recipes.lm.pg_loss import GlobalNorm, local_counts, policy_loss
 from distlab.recipes.lm.rewards import RewardScorer
@@ -57,8 +57,8 @@ from distlab.recipes.score.objective import (TurnNorm, bandit_advantages, guidan
                                              turn_returns)
 from distlab.recipes.score.rollout import CacheShapes, Players, play
 from distlab.recipes.score.schedule import StageSchedule
-from distlab.sampler import GlobalBatchSampler
-from distlab.wrap import unwrap
+from distlab.runtime.sampler import GlobalBatchSampler
+from distlab.training.wrap import unwrap
 
 
 def train(cfg: ScoreConfig, session) -> dict:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from distlab.atomic import atomic_path
-from distlab.epoch_order import ExampleGroups
+from distlab.runtime.epoch_order import ExampleGroups
 from distlab.errors import DistlabError
 
 SPLITS = ("train", "test")

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from distlab.activation_ckpt import plain_name
+from distlab.training.activation_ckpt import plain_name
 
 
 class EMA:

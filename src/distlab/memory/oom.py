@@ -1,7 +1,7 @@
 """A CUDA out-of-memory error, anywhere in a run, told as one line a person can act on.
 
 PyTorch's message is a paragraph about allocator internals. What helps is how much memory the run
-needs by the doctor's arithmetic (:mod:`distlab.memory_estimate`, as ``distlab doctor --recipe`` prints
+needs by the doctor's arithmetic (:mod:`distlab.memory.estimate`, as ``distlab doctor --recipe`` prints
 it), how much the device has, and the switches that lower it.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from distlab.memory_estimate import estimate_memory, recipe_specs
+from distlab.memory.estimate import estimate_memory, recipe_specs
 
 OPTIONS = ("dist.activation_checkpointing=blocks", "optim.state_dtype=int8", "dist.auto_micro_batch=true",
            "dist.wrap=fsdp", "a smaller batch")

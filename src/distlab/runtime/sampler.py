@@ -5,7 +5,7 @@ The training stream is a concatenation of per-epoch orders derived from the seed
 takes. So 1, 2 or 8 ranks see the same global batches, and a resumed run (on any world size) picks
 up at the saved position in the stream.
 
-An epoch visits every example once, or, given :class:`~distlab.epoch_order.ExampleGroups`, every
+An epoch visits every example once, or, given :class:`~distlab.runtime.epoch_order.ExampleGroups`, every
 group once through one random member (what "epoch" means for augmented puzzle datasets).
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distlab.epoch_order import ExampleGroups, example_epoch
+from distlab.runtime.epoch_order import ExampleGroups, example_epoch
 from distlab.errors import DistlabError
 
 #: ``state_dict()["order"]`` of each epoch kind; checkpoints written before grouping existed have none

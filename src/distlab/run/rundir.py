@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from distlab.atomic import atomic_write_json
-from distlab.dist import Runtime
+from distlab.runtime.dist import Runtime
 
 # What can change a result: the core's stack, the recipes' environments and model libraries (transformers and
 # peft for the LM recipes), kernels (triton) and low-precision optimizer state (torchao). Absent ones are left out.

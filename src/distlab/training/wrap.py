@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from distlab.activation_ckpt import apply_activation_checkpointing
-from distlab.comm_hooks import register_comm_hook
+from distlab.training.activation_ckpt import apply_activation_checkpointing
+from distlab.training.comm_hooks import register_comm_hook
 from distlab.config import CompileMode, DistConfig, Precision, Wrap
-from distlab.dist import Runtime
+from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError
 
 # torch 2.13 deprecates DDP's broadcast_buffers for forward_sync_buffers, whose False still broadcasts every buffer at
@@ -115,7 +115,7 @@ def no_sync(model: nn.Module, active: bool) -> Iterator[None]:
 
 
 def autocast(rt: Runtime, precision: Precision | str) -> contextlib.AbstractContextManager:
-    """bf16 or fp16 autocast on the rank's device (fp16 needs the loss scaling of :mod:`distlab.amp`)."""
+    """bf16 or fp16 autocast on the rank's device (fp16 needs the loss scaling of :mod:`distlab.training.amp`)."""
     precision = Precision(precision)
     if precision == Precision.bf16:
         return torch.autocast(device_type=rt.device.type, dtype=torch.bfloat16)

@@ -54,7 +54,7 @@ def check_limits(cfg: SandboxConfig) -> None:
 
 def check_sandbox(cfg: SandboxConfig) -> None:
     """Everything a Sandbox would refuse at start, refused before any process starts (the level is probed once)."""
-    from distlab.recipes.lm.sandbox.isolation import detect
+    from distlab.sandbox.isolation import detect
 
     check_limits(cfg)
     detect(cfg.isolation, cfg.python)

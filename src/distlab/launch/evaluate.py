@@ -10,18 +10,18 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from distlab.checkpoint import find_checkpoint, say_skipped
+from distlab.training.checkpoint import find_checkpoint, say_skipped
 from distlab.errors import DistlabError
-from distlab.rundir import eval_dir, run_dir_of
+from distlab.run.rundir import eval_dir, run_dir_of
 
 if TYPE_CHECKING:
-    from distlab.launch import MemoryCheck
+    from distlab.launch.launcher import MemoryCheck
 
 
 def evaluate_run(target: Path, overrides: list[str], opts, output: Path | None = None,
                  memory_check: MemoryCheck | None = None) -> int:
-    """Evaluate ``target``'s checkpoint (see :func:`distlab.launch.train` for ``memory_check``)."""
-    from distlab.launch import train as launch
+    """Evaluate ``target``'s checkpoint (see :func:`distlab.launch.launcher.train` for ``memory_check``)."""
+    from distlab.launch.launcher import train as launch
 
     skipped: list[str] = []
     ckpt = find_checkpoint(target, verify_given=True, skipped=skipped)  # verified there, once: the ranks load it

@@ -9,7 +9,6 @@ import queue
 import secrets
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import threading
@@ -21,9 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from distlab.recipes.lm.sandbox import procs, runner
-from distlab.recipes.lm.sandbox.config import SandboxConfig, check_limits, per_rank
-from distlab.recipes.lm.sandbox.isolation import command, detect, new_uids
+from distlab.sandbox import procs, runner
+from distlab.sandbox.config import SandboxConfig, check_limits, per_rank
+from distlab.sandbox.isolation import command, detect, new_uids, temp_base
 
 log = logging.getLogger("distlab")
 Status = Literal["passed", "failed", "timeout", "memory", "killed", "error", "bad_tests"]
@@ -95,14 +94,6 @@ def _precompile(python: str, path: Path) -> None:
         log.warning("sandbox: no bytecode for the runner (%s); each run compiles it, ~15 ms per process", exc)
 
 
-def _temp_base(drop_uid: bool) -> str:
-    """The temp dir, unless slot uids could not traverse it (a job's private TMPDIR): then /tmp."""
-    base = Path(tempfile.gettempdir()).resolve()
-    if drop_uid and not all(p.stat().st_mode & stat.S_IXOTH for p in (base, *base.parents)):
-        return "/tmp"
-    return str(base)
-
-
 class Sandbox:
     """Runs model-written programs against their tests, each in a throw-away process tree (see the package doc).
 
@@ -126,7 +117,7 @@ class Sandbox:
             self._slots.put(slot)
         self._pool: ThreadPoolExecutor | None = None
         # root-owned, others may traverse but not list; each run gets a dir inside, the program a subdir of that
-        self.root = Path(tempfile.mkdtemp(prefix="distlab-sbx-", dir=_temp_base(self.isolation.drop_uid)))
+        self.root = Path(tempfile.mkdtemp(prefix="distlab-sbx-", dir=temp_base(self.isolation.drop_uid)))
         self.root.chmod(0o711)
         # a folder of its own that the sandbox uids may list: imports need that, and the root hides the run dirs
         (self.root / "lib").mkdir(mode=0o755)

@@ -27,8 +27,8 @@ def export_checkpoint(target: Path, fmt: str = "pt", output: Path | None = None,
 
     ``dtype`` (``bf16``, ``fp16``, ``fp32``) casts the weights a recipe's format writes: a bf16 model directory is
     half the size of the fp32 one training keeps, and is what serving stacks load. None keeps the checkpoint's."""
-    from distlab.checkpoint import STEP_DIR, export_model, find_checkpoint, verify_checkpoint
-    from distlab.rundir import run_dir_of
+    from distlab.training.checkpoint import STEP_DIR, export_model, find_checkpoint, verify_checkpoint
+    from distlab.run.rundir import run_dir_of
 
     if adapter and fmt == "pt":
         raise DistlabError("--adapter keeps a LoRA adapter, which only a model directory can hold; add --format hf")

@@ -17,18 +17,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from distlab.amp import MixedPrecision
+from distlab.training.amp import MixedPrecision
 from distlab.atomic import atomic_write_json
-from distlab.checkpoint import FROZEN_BASE_ATTR, CheckpointManager, TrainState
+from distlab.training.checkpoint import FROZEN_BASE_ATTR, CheckpointManager, TrainState
 from distlab.config import BaseConfig, Resume, to_yaml
-from distlab.dist import Runtime
+from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError
-from distlab.logs import MetricLogger, Progress, Throughput, device_peak_memory, peak_flops, phase_progress
-from distlab.memory_snapshot import MemorySnapshot
-from distlab.profiling import StepProfiler
-from distlab.rundir import checkpoints_dir, update_manifest
-from distlab.run_report import closing_report
-from distlab.wrap import autocast, no_sync, set_fast_math, unwrap, wrap_model
+from distlab.run.logs import MetricLogger, Progress, Throughput, device_peak_memory, peak_flops, phase_progress
+from distlab.memory.snapshot import MemorySnapshot
+from distlab.run.profiling import StepProfiler
+from distlab.run.rundir import checkpoints_dir, update_manifest
+from distlab.run.report import closing_report
+from distlab.training.wrap import autocast, no_sync, set_fast_math, unwrap, wrap_model
 
 log = logging.getLogger("distlab")
 
@@ -139,7 +139,7 @@ class Session:
         """
         if not self.cfg.dist.auto_micro_batch:
             return self.cfg.dist.grad_accum
-        from distlab.micro_batch import choose_micro_batch
+        from distlab.training.micro_batch import choose_micro_batch
 
         def clean_probe(n: int) -> None:
             devices = [d for d in (self.rt.devices or [self.rt.device]) if d.type == "cuda"]
@@ -186,7 +186,7 @@ class Session:
         before the first step allocates them and the kernel kills the process without a word. A model whose
         loader named its frozen base (``FROZEN_BASE_ATTR``: a LoRA policy) is checkpointed without that base.
         """
-        from distlab.hostmem import available_bytes, check_room, host_training_bytes
+        from distlab.memory.host import available_bytes, check_room, host_training_bytes
 
         check_room(name, host_training_bytes(list(optimizers), self.cfg.optim.state_dtype), self.rt.local_world_size,
                    available_bytes())

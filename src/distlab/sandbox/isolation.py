@@ -34,13 +34,15 @@ import os
 import resource
 import shutil
 import subprocess
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from distlab.errors import DistlabError, near_matches
-from distlab.recipes.lm.sandbox import runner as runner_module
-from distlab.recipes.lm.sandbox.runner import boot_args
+from distlab.sandbox import runner as runner_module
+from distlab.sandbox.runner import boot_args
 
 log = logging.getLogger("distlab")
 
@@ -72,6 +74,14 @@ class Isolation:
     def namespaced(self) -> bool:
         """Everything the program starts lives in a PID namespace that dies with its first process."""
         return self.level != "rlimits"
+
+
+def temp_base(drop_uid: bool) -> str:
+    """The temp dir, unless slot uids could not traverse it (a job's private TMPDIR): then /tmp."""
+    base = Path(tempfile.gettempdir()).resolve()
+    if drop_uid and not all(p.stat().st_mode & stat.S_IXOTH for p in (base, *base.parents)):
+        return "/tmp"
+    return str(base)
 
 
 def new_uids(n: int) -> list[int]:
@@ -128,9 +138,7 @@ def _probe(iso: Isolation, uid: int) -> str | None:
     """None if the runner, confined at this level, starts a program's process there, else why not (first line of
     its error). The runner is this package's copy (the judge reads it before it drops to ``uid``); the work dir is
     made as for a run, where the sandbox would make its own."""
-    from distlab.recipes.lm.sandbox.sandbox import _temp_base
-
-    run_dir = tempfile.mkdtemp(prefix="distlab-sbx-probe-", dir=_temp_base(iso.drop_uid))
+    run_dir = tempfile.mkdtemp(prefix="distlab-sbx-probe-", dir=temp_base(iso.drop_uid))
     try:
         os.chmod(run_dir, 0o711)
         work = os.path.join(run_dir, "work")

@@ -23,7 +23,7 @@ def write_job_script(recipe: str, presets: list[str], overrides: list[str], out:
                      account: str | None = None, python: str = "python", setup: Sequence[str] = (),
                      cpus_per_gpu: int = CPUS_PER_GPU, mem_per_gpu: str = MEM_PER_GPU) -> Path:
     """Validate the training config here (so a typo fails now, not in the queue), then write the script."""
-    from distlab.launch import preflight
+    from distlab.launch.launcher import preflight
 
     plan = launch_plan(python, nodes, gpus)
     cpus, mem = node_resources(gpus, plan.procs, cpus, mem, cpus_per_gpu, mem_per_gpu)

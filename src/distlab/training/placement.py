@@ -15,34 +15,16 @@ source. Trainable models get their own wrap (DDP, FSDP2 or none), dtype and comp
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from distlab.config import DistConfig, Wrap
-from distlab.dist import Runtime, full_tensor
+from distlab.config import DistConfig, ModelSettings, Wrap, wrap_of
+from distlab.runtime.dist import Runtime, full_tensor
 from distlab.errors import DistlabError, near_matches
-from distlab.wrap import unwrap
+from distlab.training.wrap import unwrap
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass
-class ModelSettings:
-    """How one named model of a recipe is held; recipes nest a ``dict[str, ModelSettings]`` as ``models``."""
-
-    trainable: bool = True
-    wrap: Wrap | None = None  # ddp | fsdp; None: as dist.wrap, the run's default for every trained model
-    dtype: str = "fp32"  # fp32 | bf16 | fp16: frozen weights' dtype; trained ones stay fp32 (compute: dist.precision)
-    compile: bool = False
-    placement: str = "device"  # device | cuda:N | cpu | offload: where it lives and computes
-
-
-def wrap_of(settings: ModelSettings, dist_cfg: DistConfig) -> str:
-    """How a model is wrapped: its own ``models.<name>.wrap`` when set, else the run's ``dist.wrap``."""
-    wrap = settings.wrap if settings.wrap is not None else dist_cfg.wrap
-    return str(getattr(wrap, "value", wrap))
 
 
 def check_dtype(name: str, dtype: str) -> None:
@@ -145,7 +127,7 @@ def _recipe_models(cfg) -> list[str]:
 def place(name: str, model: nn.Module, settings: ModelSettings, rt: Runtime, dist_cfg: DistConfig,
           shard_modules: Sequence[nn.Module] | None = None) -> nn.Module:
     """Move, cast, freeze or wrap one model as its settings (placement among them) say."""
-    from distlab.wrap import compiled, wrap_model
+    from distlab.training.wrap import compiled, wrap_model
 
     spec = settings.placement
     check_dtype(name, settings.dtype)

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distlab.dist import detect_env, port_is_free
+from distlab.runtime.dist import detect_env, port_is_free
 from distlab.errors import DistlabError
 from distlab.recipe import load_recipe
 from distlab.config import finalize_config, resolve_config
-from distlab.wrap import check_gpus_available
+from distlab.training.wrap import check_gpus_available
 
 
 @dataclass
@@ -103,7 +103,7 @@ def torchrun_args(nproc: int, opts: LaunchOptions, worker_args: list[str]) -> li
         args += [f"--node-rank={opts.node_rank}", f"--master-addr={addr}", f"--master-port={port}"]
         if opts.rdzv_backend:
             args += [f"--rdzv-backend={opts.rdzv_backend}", f"--rdzv-endpoint={addr}:{port}"]
-    return args + ["--module", "distlab.worker", *worker_args]
+    return args + ["--module", "distlab.launch.worker", *worker_args]
 
 
 def preflight(recipe_name: str, presets: list[str], overrides: list[str], world_size: int,
@@ -114,7 +114,7 @@ def preflight(recipe_name: str, presets: list[str], overrides: list[str], world_
     before its dataset exists. ``any_machine`` (``doctor --recipe``, which plans runs for other machines too)
     does not hold the GPUs a placement names against the ones this machine has.
     """
-    from distlab.placement import check_config
+    from distlab.training.placement import check_config
 
     recipe = load_recipe(recipe_name)
     cfg = resolve_config(recipe, presets, overrides)
@@ -177,8 +177,7 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     after every other check and before the run directory exists: the ``distlab`` command passes the doctor's (the
     core never imports the doctor). ``cmdline``: what reruns this run, for the manifest and the closing line's
     ``resume:`` (default: this process's command line; ``distlab.train`` passes its own)."""
-    from distlab import worker
-
+    from distlab.launch import worker
     if detect_env().launcher != "single":  # already a rank of somebody else's launcher
         return worker.main(worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint,
                                                       eval_output))
@@ -195,7 +194,7 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     single = nproc * opts.nodes == 1 and opts.max_restarts == 0
     if not single and opts.master_port and opts.nodes == 1 and not port_is_free(opts.master_port):
         raise DistlabError(f"MASTER_PORT {opts.master_port} is busy; pick another --master-port")
-    from distlab.rundir import RunLock
+    from distlab.run.rundir import RunLock
 
     run_dir = Path(cfg.run.dir) / cfg.run.name
     # one lock per run, taken by the first node's launcher: on a shared file system the other nodes' launchers
@@ -451,7 +450,7 @@ def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: 
     from torch.distributed.run import get_args_parser
     from torch.distributed.run import run as torchrun
 
-    from distlab.worker import EXIT_DIR_ENV, LAUNCHER_PID_ENV
+    from distlab.launch.worker import EXIT_DIR_ENV, LAUNCHER_PID_ENV
 
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())

@@ -103,7 +103,7 @@ def run_scaling(recipe: str, counts: list[int], kind: str, overrides: list[str],
         point = {"devices": n, **steady_throughput(out_dir / "runs" / name / "metrics.jsonl")}
         points.append(point)
         print(f"[bench] {n} {kind}: {point['throughput']:.1f} examples/s", flush=True)
-    from distlab.rundir import git_commit  # here, not at the top: rundir imports torch, `distlab --help` must not
+    from distlab.run.rundir import git_commit  # here, not at the top: rundir imports torch, `distlab --help` must not
 
     result = {"recipe": recipe, "kind": kind, "device": _device_name(kind), "overrides": overrides,
               "presets": presets, "command": "distlab " + " ".join(sys.argv[1:]), "commit": git_commit(),
@@ -147,7 +147,7 @@ def cmd_scaling(a: argparse.Namespace, extra: list[str]) -> int:
     if bad:
         raise DistlabError(f"unexpected arguments {' '.join(bad)}; pass recipe settings as key=value")
     if kind == "gpus":
-        from distlab.wrap import check_gpus_available
+        from distlab.training.wrap import check_gpus_available
 
         check_gpus_available(max(counts))
     out = run_scaling(a.recipe, counts, kind, extra, Path(a.out), a.config)

@@ -1,6 +1,6 @@
 """Will the model fit? Verdicts and advice from the per-device memory arithmetic, and measured scaling.
 
-The arithmetic itself (:mod:`distlab.memory_estimate`) lies below the doctor, shared with the run-time
+The arithmetic itself (:mod:`distlab.memory.estimate`) lies below the doctor, shared with the run-time
 out-of-memory report. It is a lower bound (no allocator fragmentation, no DDP bucket copies, no FSDP
 all-gather buffers), so the fit test keeps a safety margin of the free memory.
 Speedups are only ever *read* from a ``distlab bench scaling`` result; anything beyond the
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from distlab.errors import DistlabError
-from distlab.memory_estimate import MemoryBreakdown, estimate_memory
+from distlab.memory.estimate import MemoryBreakdown, estimate_memory
 from distlab.recipe import ModelSpec
 
 __all__ = ["MemoryBreakdown", "ModelSpec", "estimate_memory", "find_scaling_file", "max_batch", "plan_devices",

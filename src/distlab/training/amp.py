@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from distlab.config import Precision
-from distlab.wrap import clip_grad_norm
+from distlab.training.wrap import clip_grad_norm
 
 log = logging.getLogger("distlab")
 
@@ -88,7 +88,7 @@ class MixedPrecision:
         """One optimizer step of every optimizer in ``optimizers``, or of none when a gradient is inf/NaN.
 
         ``max_norm`` (with ``model``): clip ``model``'s gradients to this global norm (0 or less: measure
-        only, as :func:`distlab.wrap.clip_grad_norm`) and return the pre-clip norm as a device tensor; None:
+        only, as :func:`distlab.training.wrap.clip_grad_norm`) and return the pre-clip norm as a device tensor; None:
         no clipping, and None is returned. A skipped step returns None and counts in ``skipped_steps``.
         The caller zeroes the gradients afterwards, as before.
 

@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.checkpoint.api import CheckpointException
 
 from distlab.atomic import atomic_path, atomic_write_json
-from distlab.dist import Runtime
+from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError
 
 log = logging.getLogger("distlab")

@@ -64,7 +64,7 @@ Residual risks, known and accepted:
   not run this as root.
 """
 
-from distlab.recipes.lm.sandbox.config import SandboxConfig
-from distlab.recipes.lm.sandbox.sandbox import Sandbox, SandboxResult
+from distlab.sandbox.config import SandboxConfig
+from distlab.sandbox.sandbox import Sandbox, SandboxResult
 
 __all__ = ["Sandbox", "SandboxConfig", "SandboxResult"]

@@ -20,13 +20,12 @@ from typing import Any
 
 from torch import nn
 
+from distlab.config import BF16_NEEDS_NCCL
 from distlab.errors import DistlabError
 
 log = logging.getLogger("distlab")
 
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
-BF16_NEEDS_NCCL = ("dist.comm_hook=bf16 needs NCCL on CUDA (DDP refuses the bf16 hook on gloo/CPU); use "
-                   "dist.comm_hook=fp16 or powersgd here")
 
 
 def register_comm_hook(ddp_model: nn.Module, hook: str, process_group: Any = None, powersgd_rank: int = 4,

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from distlab.amp import MixedPrecision
-from distlab.checkpoint import Box
-from distlab.session import StopRequested
+from distlab.training.amp import MixedPrecision
+from distlab.training.checkpoint import Box
+from distlab.training.session import StopRequested
 
 log = logging.getLogger("distlab")
 

@@ -1,7 +1,7 @@
 """Per-device memory arithmetic: weights, gradients, optimizer state and activations of a recipe's models.
 
 Two readers need the same numbers: ``distlab doctor`` (will it fit, and what to change) and the
-one-line out-of-memory report of a failed run (:mod:`distlab.oom`). They live here, below both, so
+one-line out-of-memory report of a failed run (:mod:`distlab.memory.oom`). They live here, below both, so
 the run-time core never reaches up into the doctor's command code.
 
 The estimate is deliberately simple arithmetic a person can redo by hand. It is a lower bound (no
@@ -48,7 +48,7 @@ def estimate_memory(spec: ModelSpec, *, strategy: str = "ddp", world_size: int =
     """Per-rank bytes. DDP replicates everything; FSDP (full shard) divides the static part by world size.
 
     ``param_dtype_bytes`` is the width of frozen weights only: trainable parameters are always held in fp32
-    (``distlab.placement.place`` keeps them there whatever ``models.<name>.dtype`` says, because AdamW steps at
+    (``distlab.training.placement.place`` keeps them there whatever ``models.<name>.dtype`` says, because AdamW steps at
     RL learning rates fall below half a bf16 ulp), so they, their gradients and Adam's moments count 4 + 4 + 8
     bytes, the textbook 16 bytes/param, and there is no separate master copy to count.
     """

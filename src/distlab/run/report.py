@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from distlab.logs import human_duration, metrics_table
+from distlab.run.logs import human_duration, metrics_table
 
 
 def closing_report(summary: dict[str, Any], run_dir: Path, wall_s: float, command: str | None) -> str:

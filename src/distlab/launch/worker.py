@@ -1,6 +1,6 @@
 """The code every rank runs: join the job, agree on one config, train, write the summary.
 
-Started by torchrun (``python -m distlab.worker``), by ``srun``, by ``accelerate launch`` or
+Started by torchrun (``python -m distlab.launch.worker``), by ``srun``, by ``accelerate launch`` or
 in-process for a single local run.
 """
 
@@ -18,12 +18,12 @@ import torch
 from omegaconf import OmegaConf
 
 from distlab.config import finalize_config, resolve_config, smoke_line, to_object, to_yaml
-from distlab.dist import PeerLostError, init_runtime, shutdown
+from distlab.runtime.dist import PeerLostError, init_runtime, shutdown
 from distlab.errors import DistlabError, InRunError
-from distlab.logs import log_metrics_table, setup_logging
+from distlab.run.logs import log_metrics_table, setup_logging
 from distlab.recipe import Recipe, load_recipe
-from distlab.rundir import RunLock, checkpoints_dir, eval_dir, manifest, write_manifest
-from distlab.session import Session, StopRequested, install_stop_handlers, stop_signal
+from distlab.run.rundir import RunLock, checkpoints_dir, eval_dir, manifest, write_manifest
+from distlab.training.session import Session, StopRequested, install_stop_handlers, stop_signal
 
 log = logging.getLogger("distlab")
 _HELD: list[RunLock] = []  # the run lock lives as long as this process
@@ -170,7 +170,7 @@ def worker_argv(recipe: str, presets: list[str], overrides: list[str], eval_chec
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="distlab.worker", add_help=False)
+    p = argparse.ArgumentParser(prog="distlab.launch.worker", add_help=False)
     p.add_argument("recipe")
     p.add_argument("--config", action="append", default=[])
     p.add_argument("--eval", dest="eval_checkpoint", type=Path, default=None)
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         return _leave(_fail(rank, "interrupted", f"evaluation stopped by {signal.Signals(signum).name} before it "
                             f"finished; nothing written, run the same command again to evaluate", 128 + signum))
     except OSError as exc:
-        from distlab.checkpoint import _no_space
+        from distlab.training.checkpoint import _no_space
 
         nospace = _no_space(exc, Path(exc.filename or "the run directory"))
         text = str(nospace) if nospace else f"{exc.strerror or exc}: {exc.filename or ''}".strip()
@@ -239,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _oom_line(a: argparse.Namespace, rank: str) -> str:
-    """The one-line out-of-memory report (:func:`distlab.oom.oom_message`) for this rank's config."""
-    from distlab.oom import oom_message
+    """The one-line out-of-memory report (:func:`distlab.memory.oom.oom_message`) for this rank's config."""
+    from distlab.memory.oom import oom_message
 
     try:
         recipe = load_recipe(a.recipe)

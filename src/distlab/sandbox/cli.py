@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from distlab.errors import DistlabError
 
@@ -27,9 +28,9 @@ def _read(path: str, what: str) -> str:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from distlab.recipes.lm.sandbox import Sandbox, SandboxConfig
+    from distlab.sandbox import Sandbox, SandboxConfig
 
-    from distlab.recipes.lm.sandbox.sandbox import judging_problem
+    from distlab.sandbox.sandbox import judging_problem
 
     program, tests = _read(a.program, "program"), _read(a.tests, "tests")
     why = judging_problem(tests)
@@ -62,8 +63,13 @@ def add_command(subparsers) -> None:
     p.set_defaults(func=lambda a: p.print_help() or 0)
 
 
+# What the ``distlab.commands`` entry point ``sandbox`` loads: the command's own registration, so ``distlab sandbox``
+# imports neither torch nor any recipe.
+COMMANDS = SimpleNamespace(register_commands=lambda top, data_subparsers: add_command(top))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m distlab.recipes.lm.sandbox.cli run ...``, with the ``distlab`` command's error handling."""
+    """``python -m distlab.sandbox.cli run ...``, with the ``distlab`` command's error handling."""
     parser = argparse.ArgumentParser(prog="distlab")
     add_command(parser.add_subparsers(dest="command", metavar="COMMAND"))
     a = parser.parse_args(["sandbox", *(sys.argv[1:] if argv is None else argv)])
