@@ -29,15 +29,15 @@ if str(SRC) not in sys.path:
 import torch  # noqa: E402
 
 from distlab.atomic import atomic_write_json  # noqa: E402
-from distlab.runtime.dist import Runtime  # noqa: E402
 from distlab.errors import DistlabError  # noqa: E402
+from distlab.recipes.lm.config import EvalConfig, SamplingConfig, TaskConfig  # noqa: E402
+from distlab.recipes.lm.eval.evaluation import evaluate_pass_at_k  # noqa: E402
+from distlab.recipes.lm.models.source import load_causal_lm  # noqa: E402
+from distlab.recipes.lm.rewards.scorer import RewardScorer  # noqa: E402
+from distlab.recipes.lm.tasks.select import eval_tasks  # noqa: E402
 from distlab.run.logs import phase_progress  # noqa: E402
-from distlab.recipes.lm.evaluation import evaluate_pass_at_k  # noqa: E402
-from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
-from distlab.recipes.lm.rewards import RewardScorer  # noqa: E402
+from distlab.runtime.dist import Runtime  # noqa: E402
 from distlab.sandbox.config import SandboxConfig  # noqa: E402
-from distlab.recipes.lm.settings import EvalConfig, SamplingConfig, TaskConfig  # noqa: E402
-from distlab.recipes.lm.task_sets import eval_tasks  # noqa: E402
 
 
 def _commit() -> str:

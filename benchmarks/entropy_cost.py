@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from distlab.recipes.lm.logprobs import token_logprobs
-from distlab.recipes.lm.model_source import load_causal_lm
+from distlab.recipes.lm.models.source import load_causal_lm
+from distlab.recipes.lm.pg.logprobs import token_logprobs
 
 MODES = {"plain": False, "stat": True, "grad": "grad"}
 

@@ -25,7 +25,7 @@ def main() -> None:
     a = p.parse_args()
     from distlab.training.checkpoint import CheckpointManager, TrainState, verify_checkpoint
     from distlab.runtime.dist import Runtime, module_checksum, tensor_fingerprints
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     model, _ = load_causal_lm(a.source, dtype=torch.float32, device=a.device)
     params = sum(p.numel() for p in model.parameters())

@@ -27,10 +27,10 @@ if str(SRC) not in sys.path:
 
 import torch  # noqa: E402
 
-from distlab.recipes.lm.attention import GROUPED_SDPA, attention_names  # noqa: E402
-from distlab.recipes.lm.chat import render_prompt  # noqa: E402
-from distlab.recipes.lm.generate import BACKENDS, generate  # noqa: E402
-from distlab.recipes.lm.model_source import DEFAULT_SOURCE, load_causal_lm  # noqa: E402
+from distlab.recipes.lm.models.attention import GROUPED_SDPA, attention_names  # noqa: E402
+from distlab.recipes.lm.models.source import DEFAULT_SOURCE, load_causal_lm  # noqa: E402
+from distlab.recipes.lm.rollout.generate import BACKENDS, generate  # noqa: E402
+from distlab.recipes.lm.tasks.prompts import render_prompt  # noqa: E402
 
 TASKS = [
     "Write a Python function `is_prime(n)` that returns True when n is prime.",

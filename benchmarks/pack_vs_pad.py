@@ -31,9 +31,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mem_options import _commit, _device  # noqa: E402  (the other memory tables' header)
 
-from distlab.recipes.lm.batching import by_length, micro_batches, sequences  # noqa: E402
-from distlab.recipes.lm.logprobs import logprobs, pack_rows  # noqa: E402
-from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
+from distlab.recipes.lm.models.source import load_causal_lm  # noqa: E402
+from distlab.recipes.lm.pg.batching import by_length, micro_batches, sequences  # noqa: E402
+from distlab.recipes.lm.pg.logprobs import logprobs, pack_rows  # noqa: E402
 
 MODES = ("padded", "trimmed", "packed")
 

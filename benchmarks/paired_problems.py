@@ -6,7 +6,7 @@ shuffled-reward control) are compared on the same problems only through their pe
 names an eval ``problems.json`` (``{"before": [...], "after": [...]}``, rows with ``task_id`` and ``greedy``). For
 every arm: base -> trained, overall, per family (the second part of a synthetic ``task_id``) and per ``--group``;
 for every later arm: the first arm's trained policy against it, on the same rows. Intervals and p-values are
-McNemar's exact ones (:func:`distlab.recipes.lm.passk.paired_comparison`).
+McNemar's exact ones (:func:`distlab.recipes.lm.eval.passk.paired_comparison`).
 
     python3 benchmarks/paired_problems.py grpo=grpo_problems.json control=control_problems.json \\
         --group weak=count_list,affine,less_than [--json out.json]
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from distlab.recipes.lm.passk import paired_comparison
+from distlab.recipes.lm.eval.passk import paired_comparison
 
 Rows = list[dict[str, Any]]
 

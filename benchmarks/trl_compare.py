@@ -5,7 +5,7 @@ Why one script runs both: a speed claim against TRL means something only when bo
 on the same prompts with the same group size, lengths, batch, loss and reward, and are timed the same way. Here
 the model is loaded once by distlab's loader (a GGUF is dequantised), saved with ``save_pretrained``, and that one
 directory is handed to both; the tasks are distlab's synthetic code families, the reward on both sides is the
-sandbox's test-pass reward (:class:`~distlab.recipes.lm.rewards.RewardScorer`; for TRL wrapped as a reward function).
+sandbox's test-pass reward (:class:`~distlab.recipes.lm.rewards.scorer.RewardScorer`; for TRL wrapped as a reward function).
 distlab runs as its own command (``python -m distlab.cli train grpo key=value ...``) and is read back from its
 ``metrics.jsonl``; TRL runs in this process with timers around its methods. A step's time on both sides is the wall
 time between the ends of consecutive optimizer steps (so it includes logging and data loading), and the first
@@ -205,7 +205,7 @@ def check_environment(args: argparse.Namespace) -> None:
     import torch
 
     from distlab.errors import DistlabError
-    from distlab.recipes.lm.model_source import resolve_source
+    from distlab.recipes.lm.models.source import resolve_source
 
     try:
         resolve_source(args.model)
@@ -231,7 +231,7 @@ def save_model(source: str, out: Path) -> None:
     """The weights and tokenizer both sides load, written once in fp32 (a GGUF arrives here dequantised)."""
     import torch
 
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     model, tok = load_causal_lm(source, dtype=torch.float32, device="cpu")  # imports transformers quietly first
     import transformers
@@ -243,8 +243,8 @@ def save_model(source: str, out: Path) -> None:
 
 def load_tasks(args: argparse.Namespace) -> list:
     """The training tasks distlab draws for the same ``task.*`` keys, so TRL's prompts come from the same list."""
-    from distlab.recipes.lm.settings import TaskConfig
-    from distlab.recipes.lm.task_sets import train_tasks
+    from distlab.recipes.lm.config import TaskConfig
+    from distlab.recipes.lm.tasks.select import train_tasks
 
     return train_tasks(TaskConfig(train="synthetic", train_size=args.train_size, families=args.families,
                                   seed=args.seed))
@@ -462,8 +462,8 @@ def run_trl(args: argparse.Namespace, model_dir: Path, tasks: list, workdir: Pat
     import trl
     from transformers import AutoTokenizer
 
-    from distlab.recipes.lm.prompting import prompt_text
-    from distlab.recipes.lm.rewards import RewardScorer
+    from distlab.recipes.lm.tasks.prompts import prompt_text
+    from distlab.recipes.lm.rewards.scorer import RewardScorer
     from distlab.sandbox.config import SandboxConfig
     from distlab.recipes.lm.tasks import chat_messages
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from clitools import losses, run_cli, summary
-from distlab.training.activation_ckpt import apply_activation_checkpointing, chosen_blocks, declared_blocks
 from distlab.errors import DistlabError
+from distlab.training.activation_ckpt import apply_activation_checkpointing, chosen_blocks, declared_blocks
 
 COMMON = ["steps=8", "log.every=1", "num_examples=128", "global_batch_size=8", "d_model=32", "n_layers=3",
           "eval_examples=16"]

@@ -209,7 +209,7 @@ class _Overflow(torch.autograd.Function):
 
 def test_lm_update_skips_a_non_finite_step_and_names_the_model(caplog):
     """The LM recipes' update (GRPO's policy, SCoRe's policy and guidance) never steps on an inf/NaN gradient."""
-    from distlab.recipes.lm.update import policy_update
+    from distlab.recipes.lm.pg.update import policy_update
 
     model = _model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from distlab.launch.bench import steady_median, steady_throughput
 from distlab.errors import DistlabError
+from distlab.launch.bench import steady_median, steady_throughput
 
 
 def test_warm_up_share_is_dropped_before_the_median():

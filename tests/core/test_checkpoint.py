@@ -5,9 +5,9 @@ import re
 import pytest
 import torch
 
-from distlab.training.checkpoint import Box, CheckpointManager, TrainState, export_model, verify_checkpoint
-from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError
+from distlab.runtime.dist import Runtime
+from distlab.training.checkpoint import Box, CheckpointManager, TrainState, export_model, verify_checkpoint
 
 
 def _model(seed=0):

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from distlab.runtime.dist import Runtime, detect_env, init_runtime
 from distlab.errors import DistlabError
+from distlab.runtime.dist import Runtime, detect_env, init_runtime
 from mp import run_ranks
 
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from distlab.memory import host as hostmem
 from distlab.errors import DistlabError
+from distlab.memory import host as hostmem
 
 
 def test_cgroup_room_is_limit_minus_usage_and_none_without_a_limit(tmp_path):

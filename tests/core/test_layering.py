@@ -34,13 +34,10 @@ CORE_FLOORS: list[tuple[str, ...]] = [
 ]
 # the shared LM layer's floors (names under recipes/lm/), from the ground up
 LM_FLOORS: list[tuple[str, ...]] = [
-    ("__init__", "settings"),
-    ("attention", "chat", "gguf_cache", "model_parts", "model_source", "models", "random_model", "tiny_model",
-     "tasks", "task_sets", "prompting", "export", "python_inputs", "sampling", "stops", "seeds", "batching",
-     "passk"),
-    ("pg_loss", "logprobs", "nonfinite", "update", "warmup", "generate", "rewards", "reward_funcs", "checks",
-     "memory"),
-    ("evaluation",),
+    ("__init__", "config"),
+    ("models", "tasks"),
+    ("pg", "rollout", "rewards", "checks", "memory"),
+    ("eval",),
 ]
 
 

@@ -36,7 +36,7 @@ def test_the_update_marks_its_peak_before_the_first_optimizer_step(monkeypatch):
     """The mark that told the GRPO 1.5B backward (42.0 GiB) from fp32 AdamW's step (31.7 GiB with checkpointing)."""
     import contextlib
 
-    from distlab.recipes.lm.update import policy_update
+    from distlab.recipes.lm.pg.update import policy_update
 
     peak = [1 * 2**30]
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: peak[0])

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import distlab.recipes.lm.evaluation as evaluation
+import distlab.recipes.lm.eval.evaluation as evaluation
 import distlab.training.session as session_mod
-from distlab.runtime.dist import Runtime
+from distlab.recipes.lm.config import EvalConfig, SamplingConfig
+from distlab.recipes.lm.eval.evaluation import evaluate_pass_at_k
 from distlab.run.logs import Progress, phase_progress, rate_text
-from distlab.recipes.lm.evaluation import evaluate_pass_at_k
-from distlab.recipes.lm.settings import EvalConfig, SamplingConfig
+from distlab.runtime.dist import Runtime
 from distlab.training.session import StopRequested
 
 

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from distlab.memory.plan import ModelSpec, estimate_memory, plan_memory, speedup_estimates
 from distlab.errors import DistlabError
+from distlab.memory.plan import ModelSpec, estimate_memory, plan_memory, speedup_estimates
 
 GIB = 1024**3
 

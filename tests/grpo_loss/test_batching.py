@@ -2,7 +2,7 @@
 
 import torch
 
-from distlab.recipes.lm.batching import by_length, micro_batches, sequences
+from distlab.recipes.lm.pg.batching import by_length, micro_batches, sequences
 
 
 def test_each_micro_batch_is_cut_to_its_widest_row():

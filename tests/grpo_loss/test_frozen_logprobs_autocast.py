@@ -9,9 +9,9 @@ import torch
 
 pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
 
-from distlab.recipes.lm.logprobs import logprobs  # noqa: E402
-from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
-from distlab.recipes.lm.update import frozen_logprobs  # noqa: E402
+from distlab.recipes.lm.models.source import load_causal_lm  # noqa: E402
+from distlab.recipes.lm.pg.logprobs import logprobs  # noqa: E402
+from distlab.recipes.lm.pg.update import frozen_logprobs  # noqa: E402
 
 
 class _Bf16Session:

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from mp import run_ranks
 
-from distlab.recipes.lm.pg_loss import (LOSS_TYPES, GlobalNorm, apply_truncation_mask, group_advantages,
+from distlab.recipes.lm.pg.loss import (LOSS_TYPES, GlobalNorm, apply_truncation_mask, group_advantages,
                                        local_counts, policy_loss, reward_moments, std_from_moments)
 
 F64 = torch.float64

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from distlab.recipes.lm.pg_loss import (STAT_KEYS, GlobalNorm, apply_truncation_mask, clipped_surrogate,
+from distlab.recipes.lm.pg.loss import (STAT_KEYS, GlobalNorm, apply_truncation_mask, clipped_surrogate,
                                        group_advantages, kl_penalty, local_counts, policy_loss, reward_moments,
                                        std_from_moments)
 

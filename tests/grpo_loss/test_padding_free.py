@@ -4,9 +4,9 @@ the padded batch (a block-diagonal causal mask keeps them apart, positions resta
 import pytest
 import torch
 
-from distlab.recipes.lm.batching import sequences
-from distlab.recipes.lm.logprobs import PACKING_ATTENTIONS, pack_rows, token_logprobs
-from distlab.recipes.lm.model_source import load_causal_lm
+from distlab.recipes.lm.models.source import load_causal_lm
+from distlab.recipes.lm.pg.batching import sequences
+from distlab.recipes.lm.pg.logprobs import PACKING_ATTENTIONS, pack_rows, token_logprobs
 
 pytest.importorskip("transformers")
 

@@ -15,12 +15,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mp import run_ranks
 
-from distlab.runtime.dist import Runtime
-from distlab.recipes.lm.batching import micro_batches
-from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
-from distlab.recipes.lm.update import policy_update
+from distlab.recipes.lm.pg.batching import micro_batches
+from distlab.recipes.lm.pg.loss import GlobalNorm, group_advantages, local_counts, policy_loss
+from distlab.recipes.lm.pg.update import policy_update
 from distlab.recipes.score.episode import ROLE_PROMPT, ROLE_Y1, ROLE_Y2
 from distlab.recipes.score.objective import TurnNorm, kl_weights, score_policy_loss, step_counts, token_advantages
+from distlab.runtime.dist import Runtime
 
 F64 = torch.float64
 V, D, T, N_SEQ, G = 7, 5, 9, 8, 4

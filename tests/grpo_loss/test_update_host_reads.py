@@ -10,7 +10,7 @@ import contextlib
 import torch
 from torch import nn
 
-from distlab.recipes.lm.update import policy_update
+from distlab.recipes.lm.pg.update import policy_update
 
 
 class _Session:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-import distlab.recipes.lm.evaluation as evaluation
+import distlab.recipes.lm.eval.evaluation as evaluation
+from distlab.recipes.lm.config import EvalConfig, LMRecipeConfig, SamplingConfig
+from distlab.recipes.lm.eval.evaluation import evaluate_pass_at_k, prompts_per_call
 from distlab.runtime.dist import Runtime
-from distlab.recipes.lm.evaluation import evaluate_pass_at_k, prompts_per_call
-from distlab.recipes.lm.settings import EvalConfig, LMRecipeConfig, SamplingConfig
 
 
 def test_prompts_per_call_follows_the_step_rows_unless_set():

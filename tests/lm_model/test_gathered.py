@@ -5,8 +5,8 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from distlab.config import DistConfig, Wrap
+from distlab.recipes.lm.models.placed import gathered
 from distlab.runtime.dist import Runtime
-from distlab.recipes.lm.models import gathered
 from distlab.training.wrap import wrap_model
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from distlab.recipes.lm.attention import GROUPED_SDPA
-from distlab.recipes.lm.generate import generate
-from distlab.recipes.lm.model_source import load_causal_lm
+from distlab.recipes.lm.models.attention import GROUPED_SDPA
+from distlab.recipes.lm.models.source import load_causal_lm
+from distlab.recipes.lm.rollout.generate import generate
 
 PROMPTS = ["abc", "def f(x):\n    return", "0123456789 0123456789", "x"]  # lengths differ: left padding
 

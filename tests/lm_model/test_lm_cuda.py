@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from lm_fixtures import smollm2_installed
-from distlab.recipes.lm.chat import render_prompt
-from distlab.recipes.lm.generate import generate
-from distlab.recipes.lm.model_source import load_causal_lm
+from distlab.recipes.lm.models.source import load_causal_lm
+from distlab.recipes.lm.rollout.generate import generate
+from distlab.recipes.lm.tasks.prompts import render_prompt
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 PROMPTS = ["abc", "x", "<|im_start|>user\nhello there, how are you?<|im_end|>\n<|im_start|>assistant\n",

@@ -8,9 +8,9 @@ import torch
 
 from lm_fixtures import needs_smollm2
 from distlab.errors import DistlabError
-from distlab.recipes.lm.chat import render_prompt
-from distlab.recipes.lm.generate import eos_token_ids, generate
-from distlab.recipes.lm.stops import FINISH_EOS, FINISH_LENGTH, FINISH_STOP
+from distlab.recipes.lm.rollout.generate import eos_token_ids, generate
+from distlab.recipes.lm.rollout.stops import FINISH_EOS, FINISH_LENGTH, FINISH_STOP
+from distlab.recipes.lm.tasks.prompts import render_prompt
 
 TINY_PROMPTS = ["abc", "x", "<|im_start|>user\nhello there, how are you?<|im_end|>\n<|im_start|>assistant\n",
                 "def f(x):\n    return", "0123456789"]
@@ -95,7 +95,7 @@ def test_greedy_equal_when_rows_finish_early(monkeypatch):
 
     from transformers import DynamicCache
 
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     model, tok = load_causal_lm("tiny:llama-2l", seed=1)
     prompts = TINY_PROMPTS + ["hello", "zz top", "print(1)"]
@@ -116,7 +116,7 @@ def test_greedy_equal_when_rows_finish_early(monkeypatch):
 
 
 def test_generate_from_ids_matches_text_prompts(tiny):
-    from distlab.recipes.lm.generate import generate_from_ids
+    from distlab.recipes.lm.rollout.generate import generate_from_ids
 
     model, tok = tiny
     by_text = generate(model, tok, TINY_PROMPTS[:3], max_new_tokens=10, temperature=0, n=2)
@@ -139,8 +139,7 @@ def cache_path(request, tiny, monkeypatch):
     On CPU the StaticCache path runs its decode step eagerly (the step torch.compile would capture), which
     exercises the same cache handling without a compiler; the cache kept on the model is dropped afterwards.
     """
-    from distlab.recipes.lm import generate as gen
-
+    from distlab.recipes.lm.rollout import generate as gen
     model, _ = tiny
     if request.param == "static":
         def eager_step(m):
@@ -167,8 +166,7 @@ def forward_rows(tiny):
 @pytest.fixture
 def sampled_logits(monkeypatch):
     """The logits of every token the static loop samples, in order (the first of a call is its first token)."""
-    from distlab.recipes.lm import generate as gen
-
+    from distlab.recipes.lm.rollout import generate as gen
     seen: list[torch.Tensor] = []
     original = gen.sample_next
 
@@ -248,7 +246,7 @@ def test_no_duplicate_prompts_prefill_unchanged(tiny, cache_path, forward_rows, 
 
 def test_duplicates_found_anywhere_in_the_batch(tiny, forward_rows):
     """Sharing needs no argument: repeated prompts that are not adjacent (or come as ids) are found too."""
-    from distlab.recipes.lm.generate import distinct_prompts, generate_from_ids
+    from distlab.recipes.lm.rollout.generate import distinct_prompts, generate_from_ids
 
     assert distinct_prompts([[1, 2], [3], [1, 2], [1], [3]]) == ([0, 1, 3], [0, 1, 0, 2, 1])
     model, tok = tiny
@@ -269,7 +267,7 @@ LONG_PROMPT = "0123456789" * 15  # 150 tokens with the tiny byte-level tokenizer
 
 @pytest.mark.parametrize("cache_path", ["static"], indirect=True)
 def test_fixed_cache_shape_reuses_one_static_cache(tiny, cache_path):
-    from distlab.recipes.lm.generate import STATIC_LENGTH_BUCKET, max_prompt_tokens
+    from distlab.recipes.lm.rollout.generate import STATIC_LENGTH_BUCKET, max_prompt_tokens
 
     model, tok = tiny
     short, long = ["abc", "x"], [LONG_PROMPT, "def f(x):\n    return", "x"]
@@ -318,8 +316,7 @@ EARLY_AND_LATE = ["ab", "a", "abc", "abc\n", "yes", "b"]  # the tiny model ends 
 def test_compacted_rows_change_no_greedy_token(tiny, cache_path, forward_rows, monkeypatch):
     """``compact_rows``: once most rows have finished, the rest decode on a cache of half as many rows (24 -> 12
     -> 6 here); at temperature 0 every token, length and finish reason is what the full batch gives."""
-    from distlab.recipes.lm import generate as gen
-
+    from distlab.recipes.lm.rollout import generate as gen
     model, tok = tiny
     monkeypatch.setattr(gen, "COMPACT_MIN_ROWS", 2)
     kw = dict(max_new_tokens=40, temperature=0, n=4, compile=cache_path)
@@ -342,7 +339,7 @@ def test_compacted_rows_change_no_greedy_token(tiny, cache_path, forward_rows, m
 
 
 def test_compaction_keeps_live_rows_in_order_and_fills_with_a_finished_row():
-    from distlab.recipes.lm.generate import compacted_rows, compaction_index
+    from distlab.recipes.lm.rollout.generate import compacted_rows, compaction_index
 
     assert compacted_rows(512, 300) == 512 and compacted_rows(512, 256) == 256 and compacted_rows(512, 3) == 8
     assert compacted_rows(24, 8) == 12 and compacted_rows(8, 0) == 8

@@ -9,11 +9,11 @@ import torch
 
 from lm_fixtures import needs_smollm2, smollm2_installed
 from distlab.errors import DistlabError
-from distlab.recipes.lm.chat import render_prompt
-from distlab.recipes.lm.generate import generate
-from distlab.recipes.lm.logprobs import token_logprobs
-from distlab.recipes.lm.model_parts import decoder_layers, trainable_parameter_names
-from distlab.recipes.lm.model_source import load_causal_lm, resolve_source
+from distlab.recipes.lm.models.parts import decoder_layers, trainable_parameter_names
+from distlab.recipes.lm.models.source import load_causal_lm, resolve_source
+from distlab.recipes.lm.pg.logprobs import token_logprobs
+from distlab.recipes.lm.rollout.generate import generate
+from distlab.recipes.lm.tasks.prompts import render_prompt
 
 
 def test_tiny_model_loads(tiny):

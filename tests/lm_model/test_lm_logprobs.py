@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distlab.recipes.lm.logprobs import position_ids_from_mask, score_mask, token_logprobs
-from distlab.recipes.lm.model_source import load_causal_lm
+from distlab.recipes.lm.models.parts import position_ids_from_mask
+from distlab.recipes.lm.models.source import load_causal_lm
+from distlab.recipes.lm.pg.logprobs import score_mask, token_logprobs
 
 
 def _batch(tok, seed: int = 0):

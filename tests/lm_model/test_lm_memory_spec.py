@@ -50,7 +50,7 @@ def test_a_narrow_policy_dtype_adds_its_sampling_copy_and_keeps_activations_in_t
 
 def _seq(*overrides):
     """The tokens the doctor must size a rollout for: the run's longest prompt plus its completion."""
-    from distlab.recipes.lm.generate import max_prompt_tokens
+    from distlab.recipes.lm.rollout.generate import max_prompt_tokens
     from distlab.recipes.lm.memory import training_prompts
 
     recipe = load_recipe("grpo")
@@ -106,7 +106,7 @@ def test_the_layer_count_is_what_a_real_layer_saves_for_backward():
     from transformers import AutoModelForCausalLM
 
     from distlab.recipes.lm.memory import layer_bytes_per_token, shape
-    from distlab.recipes.lm.random_model import random_config
+    from distlab.recipes.lm.models.random_shapes import random_config
 
     cfg = random_config("qwen2.5-0.5b")
     cfg.num_hidden_layers = 2

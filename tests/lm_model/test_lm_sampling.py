@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.generate import generate
-from distlab.recipes.lm.sampling import nonfinite_rows, sample_next, top_p_filter
+from distlab.recipes.lm.rollout.generate import generate
+from distlab.recipes.lm.rollout.sampling import nonfinite_rows, sample_next, top_p_filter
 
 
 def test_sample_next_frequencies_match_softmax_and_top_p():

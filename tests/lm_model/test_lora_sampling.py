@@ -16,7 +16,7 @@ PROMPTS = ["def add(a, b):\n    return", "x = 3\ny ="]
 def lora_policy():
     """A bf16 tiny model with rank-4 adapters held in fp32 as training holds them, moved off their zero start."""
     from distlab.training.placement import keep_trained_weights_fp32
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     model, tok = load_causal_lm("tiny:llama-4l", dtype=torch.bfloat16, lora_r=4, seed=0)
     keep_trained_weights_fp32(model)
@@ -35,7 +35,7 @@ def _logits(model, tok) -> torch.Tensor:
 
 
 def _greedy(model, tok) -> list[str]:
-    from distlab.recipes.lm.generate import generate
+    from distlab.recipes.lm.rollout.generate import generate
 
     return [c.text for c in generate(model, tok, PROMPTS, max_new_tokens=8, temperature=0.0, compile=False)]
 
@@ -45,7 +45,7 @@ def _bytes(params) -> int:
 
 
 def test_the_sampling_copy_of_a_lora_model_holds_the_adapters_only(lora_policy):
-    from distlab.recipes.lm.models import SamplingCopy
+    from distlab.recipes.lm.models.placed import SamplingCopy
 
     model, _ = lora_policy
     sampling = SamplingCopy(model, torch.bfloat16)
@@ -63,7 +63,7 @@ def test_the_sampling_copy_of_a_lora_model_holds_the_adapters_only(lora_policy):
 
 
 def test_sampling_from_it_equals_sampling_from_a_full_copy_and_merges_nothing(lora_policy):
-    from distlab.recipes.lm.models import SamplingCopy
+    from distlab.recipes.lm.models.placed import SamplingCopy
 
     model, tok = lora_policy
     base = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
@@ -76,7 +76,7 @@ def test_sampling_from_it_equals_sampling_from_a_full_copy_and_merges_nothing(lo
 
 
 def test_refresh_after_an_adapter_step_follows_the_trained_adapters(lora_policy):
-    from distlab.recipes.lm.models import SamplingCopy
+    from distlab.recipes.lm.models.placed import SamplingCopy
 
     model, tok = lora_policy
     sampling = SamplingCopy(model, torch.bfloat16)
@@ -124,7 +124,7 @@ def test_the_recipes_load_a_lora_policy_as_fp32_adapters_over_a_bf16_base(recipe
         keys += ["beta=0.04"]
     cfg = resolve_config(load_recipe(recipe), [], keys)
     if recipe == "grpo":
-        from distlab.recipes.lm.models import load_placed
+        from distlab.recipes.lm.models.placed import load_placed
 
         policy = load_placed("policy", cfg, _Session(), 0)[0]
         reference = load_placed("reference", cfg, _Session(), 0, lora=False)[0]

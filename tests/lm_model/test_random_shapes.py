@@ -5,7 +5,7 @@ import torch
 
 from distlab.errors import DistlabError
 from distlab.recipes.lm.memory import shape
-from distlab.recipes.lm.model_source import load_causal_lm, resolve_source
+from distlab.recipes.lm.models.source import load_causal_lm, resolve_source
 
 pytest.importorskip("transformers")
 

@@ -12,10 +12,10 @@ import torch
 pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
 
 from distlab.config import DistConfig  # noqa: E402
-from distlab.runtime.dist import Runtime  # noqa: E402
 from distlab.config import ModelSettings  # noqa: E402
+from distlab.recipes.lm.models.source import load_causal_lm  # noqa: E402
+from distlab.runtime.dist import Runtime  # noqa: E402
 from distlab.training.placement import place  # noqa: E402
-from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
 
 
 def _steps(model: torch.nn.Module, n: int = 13, lr: float = 2e-6) -> float:
@@ -56,7 +56,7 @@ def test_frozen_weights_keep_the_narrow_dtype_and_lora_adapters_train_in_fp32():
 
 
 def test_sampling_copy_is_narrow_refreshed_in_place_and_only_for_trained_models():
-    from distlab.recipes.lm.models import SamplingCopy
+    from distlab.recipes.lm.models.placed import SamplingCopy
 
     model, _ = load_causal_lm("tiny:llama-2l", seed=0)
     policy = place("policy", model, ModelSettings(dtype="bf16", wrap="none"), Runtime(), DistConfig())

@@ -31,7 +31,7 @@ def test_workers_zero_is_auto_and_negative_is_refused():
 
 
 def test_the_reward_scorer_sizes_its_sandbox_for_its_node(monkeypatch):
-    from distlab.recipes.lm.rewards import RewardScorer
+    from distlab.recipes.lm.rewards.scorer import RewardScorer
 
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     scorer = RewardScorer(SandboxConfig(isolation="rlimits"), "chat", ranks_on_node=4)

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.rewards import RewardScorer
-from distlab.recipes.lm.reward_funcs import Sample, format_reward
-from distlab.sandbox import SandboxConfig
+from distlab.recipes.lm.rewards.functions import Sample, format_reward
+from distlab.recipes.lm.rewards.scorer import RewardScorer
 from distlab.recipes.lm.tasks import (MATH_FAMILIES, MATH_FAMILIES_EVAL, MATH_FAMILIES_TRAIN, chat_messages,
                                       load_tasks, math_tasks, stop_strings, text_completion, text_prompt)
 from distlab.recipes.lm.tasks.math_answer import answers_match, check_answer, extract_answer, numeric_value
+from distlab.sandbox import SandboxConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 from clitools import run_cli, summary  # noqa: E402
@@ -176,7 +176,7 @@ def test_one_score_step_on_math_tasks(tmp_path):
 
 
 def test_score_turn2_and_guidance_prompts_of_a_math_task():
-    from distlab.recipes.lm.stops import Completion  # noqa: PLC0415
+    from distlab.recipes.lm.rollout.stops import Completion  # noqa: PLC0415
     from distlab.recipes.score.episode import guidance_prompt, turn2_pieces  # noqa: PLC0415
     task = math_tasks(1)[0]
     y1 = Completion(0, [1, 2], [3], " 3 + 4 = 7. The answer is 7.", "length")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.passk import (bootstrap_ci, paired_comparison, pass_at_k, pass_at_k_per_problem,
+from distlab.recipes.lm.eval.passk import (bootstrap_ci, paired_comparison, pass_at_k, pass_at_k_per_problem,
                                       pass_at_k_summary)
 
 

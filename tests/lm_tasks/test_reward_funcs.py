@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.reward_funcs import RewardFunctions, Sample, check_rewards, overlong_penalty
+from distlab.recipes.lm.rewards.functions import RewardFunctions, Sample, check_rewards, overlong_penalty
 from distlab.recipes.lm.tasks import synthetic_tasks
 
 TASK = synthetic_tasks(1, seed=0)[0]

@@ -4,9 +4,9 @@ import pytest
 
 pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
 
-from distlab.recipes.lm.rewards import RewardScorer  # noqa: E402
-from distlab.sandbox import SandboxConfig  # noqa: E402
+from distlab.recipes.lm.rewards.scorer import RewardScorer  # noqa: E402
 from distlab.recipes.lm.tasks import synthetic_tasks  # noqa: E402
+from distlab.sandbox import SandboxConfig  # noqa: E402
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def _three_tests_task():
 
 
 def test_split_tests_keeps_the_setup_with_each_assert():
-    from distlab.recipes.lm.rewards import split_tests
+    from distlab.recipes.lm.rewards.scorer import split_tests
 
     parts = split_tests(THREE)
     assert len(parts) == 3

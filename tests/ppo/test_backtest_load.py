@@ -5,9 +5,9 @@ import json
 import torch
 import torch.distributed.checkpoint as dcp
 
-from distlab.training.checkpoint import CheckpointManager, TrainState
-from distlab.runtime.dist import Runtime
 from distlab.recipes.ppo.backtest_cli import load_policy_weights
+from distlab.runtime.dist import Runtime
+from distlab.training.checkpoint import CheckpointManager, TrainState
 
 
 def _policy(seed: int) -> torch.nn.Module:

@@ -6,8 +6,8 @@ import torch
 
 from mp import run_ranks
 
-from distlab.runtime.dist import init_runtime
 from distlab.recipes.ppo.algo import PPOConfig, PPOHooks, train
+from distlab.runtime.dist import init_runtime
 
 
 class Recorder(PPOHooks):

@@ -368,7 +368,7 @@ def workdir(tmp_path_factory) -> Path:
 def _broken_lm_inputs(d: Path) -> None:
     """Model files, MBPP folders, sandbox files and a puzzle CSV, each broken the way a download or a user
     breaks it."""
-    from distlab.recipes.lm.model_source import package_gguf
+    from distlab.recipes.lm.models.source import package_gguf
 
     (d / "empty.yaml").write_text("")
     (d / "empty.gguf").write_bytes(b"")

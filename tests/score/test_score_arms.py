@@ -17,9 +17,9 @@ import torch
 from distlab.config import resolve_config
 from distlab.errors import DistlabError
 from distlab.recipe import load_recipe
-from distlab.recipes.lm.stops import Completion
+from distlab.recipes.lm.models.tiny import byte_tokenizer
+from distlab.recipes.lm.rollout.stops import Completion
 from distlab.recipes.lm.tasks import synthetic_tasks
-from distlab.recipes.lm.tiny_model import byte_tokenizer
 from distlab.recipes.score.config import SELECTIVE_INSTRUCTION, ScoreConfig
 from distlab.recipes.score.episode import (EXTRINSIC, ROLE_FEEDBACK, ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, encode,
                                            execution_feedback, turn2_prompt)
@@ -167,7 +167,7 @@ def test_bandit_with_a_critic_and_negative_steps_are_refused():
 # ------------------------------------------------------------------------------------------ extrinsic
 @pytest.mark.parametrize("mode", ["text", "chat"])
 def test_policy_feedback_sits_in_turn_two_prompt_and_is_never_trained(mode):
-    from distlab.recipes.lm.prompting import prompt_text
+    from distlab.recipes.lm.tasks.prompts import prompt_text
 
     tok, task = byte_tokenizer(), synthetic_tasks(1, seed=0)[0]
     prompt1 = prompt_text(task, tok, mode, [])

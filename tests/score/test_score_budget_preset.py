@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
 
 from distlab.config import resolve_config  # noqa: E402
-from distlab.memory.plan import plan_devices  # noqa: E402
 from distlab.memory.estimate import recipe_specs  # noqa: E402
+from distlab.memory.plan import plan_devices  # noqa: E402
 from distlab.recipe import load_recipe  # noqa: E402
 
 CARD = 44.5 * 2**30

@@ -16,10 +16,10 @@ def _setting(args, key):
 
 def test_turn1_turn2_and_guidance_calls_keep_one_cache_shape_each(monkeypatch):
     from distlab.launch.launcher import preflight
-    from distlab.recipes.lm import generate as gen
-    from distlab.recipes.lm.model_source import load_causal_lm
-    from distlab.recipes.lm.rewards import RewardScorer
-    from distlab.recipes.lm.task_sets import task_split
+    from distlab.recipes.lm.rollout import generate as gen
+    from distlab.recipes.lm.models.source import load_causal_lm
+    from distlab.recipes.lm.rewards.scorer import RewardScorer
+    from distlab.recipes.lm.tasks.select import task_split
     from distlab.recipes.score import rollout
     from distlab.recipes.score.train import cache_shapes
 

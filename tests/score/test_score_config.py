@@ -3,13 +3,13 @@
 import pytest
 
 from distlab.config import resolve_config
-from distlab.memory.plan import plan_devices
 from distlab.errors import DistlabError
-from distlab.training.placement import check_config
+from distlab.memory.plan import plan_devices
 from distlab.recipe import load_recipe
 from distlab.recipes.score.config import used_models
 from distlab.recipes.score.recipe import check, model_spec
 from distlab.recipes.score.schedule import StageSchedule, parse_schedule, stage_at
+from distlab.training.placement import check_config
 
 TINY = ["model.source=tiny:llama-2l", "model.prompt_mode=text"]
 SEED_MAP = ["placement.policy=cuda:0", "placement.critic=cuda:0", "placement.guidance=cuda:1", "placement.value=cuda:1",

@@ -10,7 +10,7 @@ def test_the_exported_policy_has_the_trained_logits(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from distlab.training.checkpoint import find_checkpoint, load_model_weights
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     run_cli(["train", "score", *TINY, "steps=1", "guidance=none", "run.name=exp", "run.seed=5"], tmp_path)
     run = tmp_path / "runs" / "exp"

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from distlab.recipes.lm.stops import Completion
+from distlab.recipes.lm.models.tiny import byte_tokenizer
+from distlab.recipes.lm.rollout.stops import Completion
 from distlab.recipes.lm.tasks import synthetic_tasks, text_prompt
-from distlab.recipes.lm.tiny_model import byte_tokenizer
 from distlab.recipes.score.episode import (ROLE_GLUE, ROLE_HINT, ROLE_INSTR, ROLE_PAD, ROLE_PROMPT, ROLE_Y1, ROLE_Y2,
                                            Episode, encode, leaks_code, turn2_prompt)
 from distlab.recipes.score.objective import (TurnNorm, guidance_rewards, kl_weights, mc_advantages,
@@ -129,7 +129,7 @@ def test_guidance_reward_is_improvement_less_penalties():
 def test_turn_two_prompt_roles_cover_exactly_the_hint_and_the_instruction(mode):
     tok = byte_tokenizer()
     task = synthetic_tasks(1, seed=0)[0]
-    from distlab.recipes.lm.prompting import prompt_text
+    from distlab.recipes.lm.tasks.prompts import prompt_text
 
     prompt1 = prompt_text(task, tok, mode, [])
     p_ids = encode(tok, prompt1)

@@ -11,9 +11,9 @@ from score_cli import TINY  # noqa: E402
 def test_a_rollout_counts_the_tokens_of_every_turn(capsys):
     from distlab.launch.launcher import preflight
     from distlab.run.logs import Progress
-    from distlab.recipes.lm.model_source import load_causal_lm
-    from distlab.recipes.lm.rewards import RewardScorer
-    from distlab.recipes.lm.task_sets import task_split
+    from distlab.recipes.lm.models.source import load_causal_lm
+    from distlab.recipes.lm.rewards.scorer import RewardScorer
+    from distlab.recipes.lm.tasks.select import task_split
     from distlab.recipes.score import rollout
 
     overrides = [a for a in TINY if not a.startswith(("sft_", "evaluation."))] + ["guidance=frozen"]

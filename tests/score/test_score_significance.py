@@ -8,7 +8,7 @@ problems changed by +1 and one by -1. Flipping the seven signs gives 128 equally
 import numpy as np
 import pytest
 
-from distlab.recipes.lm.passk import paired_comparison, sign_flip_p
+from distlab.recipes.lm.eval.passk import paired_comparison, sign_flip_p
 from distlab.recipes.score.evaluate import paired_changes
 
 

@@ -17,10 +17,10 @@ import torch
 
 from distlab.doctor import checks
 from distlab.doctor.bandwidth import run_allreduce, sizes_up_to
-from distlab.memory.plan import find_scaling_file, plan_devices, plan_memory, speedup_estimates
 from distlab.errors import DistlabError
-from distlab.run.logs import Progress, phase_progress
+from distlab.memory.plan import find_scaling_file, plan_devices, plan_memory, speedup_estimates
 from distlab.recipe import ModelSpec
+from distlab.run.logs import Progress, phase_progress
 
 # Warnings alone exit 0 (see distlab.doctor's docstring); EXIT_WARN stays as a name for scripts that import it.
 EXIT_OK, EXIT_WARN, EXIT_ERROR = 0, 0, 3

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from distlab.training.checkpoint import find_checkpoint, say_skipped
 from distlab.errors import DistlabError
 from distlab.run.rundir import eval_dir, run_dir_of
+from distlab.training.checkpoint import find_checkpoint, say_skipped
 
 if TYPE_CHECKING:
     from distlab.launch.launcher import MemoryCheck

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distlab.runtime.dist import detect_env, port_is_free
+from distlab.config import finalize_config, resolve_config
 from distlab.errors import DistlabError
 from distlab.recipe import load_recipe
-from distlab.config import finalize_config, resolve_config
+from distlab.runtime.dist import detect_env, port_is_free
 from distlab.training.wrap import check_gpus_available
 
 

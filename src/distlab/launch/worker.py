@@ -18,11 +18,11 @@ import torch
 from omegaconf import OmegaConf
 
 from distlab.config import finalize_config, resolve_config, smoke_line, to_object, to_yaml
-from distlab.runtime.dist import PeerLostError, init_runtime, shutdown
 from distlab.errors import DistlabError, InRunError
-from distlab.run.logs import log_metrics_table, setup_logging
 from distlab.recipe import Recipe, load_recipe
+from distlab.run.logs import log_metrics_table, setup_logging
 from distlab.run.rundir import RunLock, checkpoints_dir, eval_dir, manifest, write_manifest
+from distlab.runtime.dist import PeerLostError, init_runtime, shutdown
 from distlab.training.session import Session, StopRequested, install_stop_handlers, stop_signal
 
 log = logging.getLogger("distlab")

@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distlab.runtime.dist import module_checksum
 from distlab.config import BaseConfig, ModelSettings, wrap_of
-from distlab.training.placement import compute_device, place, soft_update_
 from distlab.recipe import ModelSpec, Recipe
+from distlab.runtime.dist import module_checksum
 from distlab.runtime.sampler import GlobalBatchSampler, check_divisible
+from distlab.training.placement import compute_device, place, soft_update_
 from distlab.training.wrap import unwrap
 
 

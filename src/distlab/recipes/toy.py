@@ -17,13 +17,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from distlab.config import BaseConfig
-from distlab.runtime.dist import module_checksum
 from distlab.errors import DistlabError
+from distlab.recipe import Recipe
+from distlab.run.profiling import phase
+from distlab.runtime.dist import module_checksum
+from distlab.runtime.sampler import GlobalBatchSampler, check_divisible, eval_shard
 from distlab.training.lr_schedule import set_lr
 from distlab.training.optim_state import adamw
-from distlab.run.profiling import phase
-from distlab.recipe import Recipe
-from distlab.runtime.sampler import GlobalBatchSampler, check_divisible, eval_shard
 from distlab.training.wrap import unwrap
 
 

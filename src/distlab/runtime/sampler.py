@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distlab.runtime.epoch_order import ExampleGroups, example_epoch
 from distlab.errors import DistlabError
+from distlab.runtime.epoch_order import ExampleGroups, example_epoch
 
 #: ``state_dict()["order"]`` of each epoch kind; checkpoints written before grouping existed have none
 ORDER_EXAMPLES, ORDER_GROUPS = "examples", "groups"

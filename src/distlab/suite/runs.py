@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distlab.launch.bench import steady_median
 from distlab.errors import DistlabError
+from distlab.launch.bench import steady_median
 
 _SEED_RE = re.compile(r"^seed(\d+)$")
 ALIASES = {"accuracy": "token_accuracy"}

@@ -32,8 +32,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.checkpoint.api import CheckpointException
 
 from distlab.atomic import atomic_path, atomic_write_json
-from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError
+from distlab.runtime.dist import Runtime
 
 log = logging.getLogger("distlab")
 # A single process saving without a process group is intended here, not a mistake worth a warning.

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from distlab.config import DistConfig, ModelSettings, Wrap, wrap_of
-from distlab.runtime.dist import Runtime, full_tensor
 from distlab.errors import DistlabError, near_matches
+from distlab.runtime.dist import Runtime, full_tensor
 from distlab.training.wrap import unwrap
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -17,17 +17,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from distlab.training.amp import MixedPrecision
 from distlab.atomic import atomic_write_json
-from distlab.training.checkpoint import FROZEN_BASE_ATTR, CheckpointManager, TrainState
 from distlab.config import BaseConfig, Resume, to_yaml
-from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError
-from distlab.run.logs import MetricLogger, Progress, Throughput, device_peak_memory, peak_flops, phase_progress
 from distlab.memory.snapshot import MemorySnapshot
+from distlab.run.logs import MetricLogger, Progress, Throughput, device_peak_memory, peak_flops, phase_progress
 from distlab.run.profiling import StepProfiler
-from distlab.run.rundir import checkpoints_dir, update_manifest
 from distlab.run.report import closing_report
+from distlab.run.rundir import checkpoints_dir, update_manifest
+from distlab.runtime.dist import Runtime
+from distlab.training.amp import MixedPrecision
+from distlab.training.checkpoint import FROZEN_BASE_ATTR, CheckpointManager, TrainState
 from distlab.training.wrap import autocast, no_sync, set_fast_math, unwrap, wrap_model
 
 log = logging.getLogger("distlab")

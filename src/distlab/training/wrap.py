@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from distlab.config import CompileMode, DistConfig, Precision, Wrap
+from distlab.errors import DistlabError
+from distlab.runtime.dist import Runtime
 from distlab.training.activation_ckpt import apply_activation_checkpointing
 from distlab.training.comm_hooks import register_comm_hook
-from distlab.config import CompileMode, DistConfig, Precision, Wrap
-from distlab.runtime.dist import Runtime
-from distlab.errors import DistlabError
 
 # torch 2.13 deprecates DDP's broadcast_buffers for forward_sync_buffers, whose False still broadcasts every buffer at
 # init. distlab keeps broadcast_buffers=False on purpose, as torch's warning itself advises until init_sync_buffers

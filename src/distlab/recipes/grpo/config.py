@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 
 from distlab.choices import Choice
 from distlab.config import ModelSettings
-from distlab.recipes.lm.settings import ScaleRewards, SequenceLoss
-from distlab.recipes.lm.settings import LMRecipeConfig
+from distlab.recipes.lm.config import LMRecipeConfig, ScaleRewards, SequenceLoss
 
 
 class LrSchedule(Choice):

@@ -8,12 +8,12 @@ from pathlib import Path
 import torch
 
 from distlab.recipes.grpo.config import GRPOConfig
-from distlab.training.placement import DTYPES
+from distlab.recipes.lm.eval.evaluation import evaluate_pass_at_k, paired_fields
+from distlab.recipes.lm.models.placed import SamplingCopy, load_placed
+from distlab.recipes.lm.rewards.scorer import RewardScorer
+from distlab.recipes.lm.tasks.select import eval_tasks, train_tasks
 from distlab.training.loop import skipped_fields
-from distlab.recipes.lm.models import SamplingCopy, load_placed
-from distlab.recipes.lm.evaluation import evaluate_pass_at_k, paired_fields
-from distlab.recipes.lm.rewards import RewardScorer
-from distlab.recipes.lm.task_sets import eval_tasks, train_tasks
+from distlab.training.placement import DTYPES
 
 
 def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:

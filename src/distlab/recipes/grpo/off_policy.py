@@ -11,7 +11,7 @@ batch is exactly K versions old, which each step logs (``policy_version``, ``pol
 Each batch keeps the log-probs of its sampled tokens under the weights that sampled it (the trainer's own forward on
 the update's micro-batch layout, so a batch with no lag gets importance weights of exactly 1): the update multiplies
 each token's policy-gradient term by ``min(pi_train / pi_behaviour, importance_sampling_cap)``
-(:func:`~distlab.recipes.lm.pg_loss.truncated_importance_weight`). That corrects the policy's lag only; the
+(:func:`~distlab.recipes.lm.pg.loss.truncated_importance_weight`). That corrects the policy's lag only; the
 sampler's own numerics (a bf16 sampling copy) are not part of ``pi_behaviour``.
 
 Checkpoints: the batches sampled ahead are saved with the step (per rank: their completions, their rewards, waited

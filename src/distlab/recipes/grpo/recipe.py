@@ -8,9 +8,9 @@ from pathlib import Path
 from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
 from distlab.recipes.grpo.config import ALIASES, GRPOConfig
-from distlab.recipes.lm.export import FORMATS as EXPORT_FORMATS
-from distlab.recipes.lm.python_inputs import python_inputs
-from distlab.recipes.lm.settings import LM_POSITIVE_KEYS, LM_SMOKE, LM_ZERO_MEANS
+from distlab.recipes.lm.config import LM_POSITIVE_KEYS, LM_SMOKE, LM_ZERO_MEANS
+from distlab.recipes.lm.models.export import FORMATS as EXPORT_FORMATS
+from distlab.recipes.lm.tasks.python_inputs import python_inputs
 
 PRESETS = Path(__file__).parent / "presets"
 log = logging.getLogger("distlab")
@@ -25,7 +25,7 @@ def train(cfg: GRPOConfig, session) -> dict:
 def check(cfg: GRPOConfig, world_size: int) -> None:
     """Settings that cannot work together, named before any process starts."""
     from distlab.recipes.lm.checks import check_groups, check_kl, check_roles
-    from distlab.recipes.lm.reward_funcs import check_rewards
+    from distlab.recipes.lm.rewards.functions import check_rewards
 
     check_groups(cfg, world_size)
     check_roles(cfg.models, ("policy",), {"reference": "the KL anchor must not move"})
@@ -75,7 +75,7 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
 
 
 def model_spec(cfg: GRPOConfig) -> list[ModelSpec]:
-    from distlab.recipes.lm.generate import max_prompt_tokens
+    from distlab.recipes.lm.rollout.generate import max_prompt_tokens
     from distlab.recipes.lm.memory import lm_specs, training_prompts
 
     rollouts = max(1, cfg.prompts_per_step * cfg.num_generations)
@@ -85,7 +85,7 @@ def model_spec(cfg: GRPOConfig) -> list[ModelSpec]:
 
 
 def export(cfg: GRPOConfig, ckpt: Path, out: Path, fmt: str, adapter: bool, dtype: str | None = None) -> None:
-    from distlab.recipes.lm.export import export_hf
+    from distlab.recipes.lm.models.export import export_hf
 
     export_hf(cfg, ckpt, out, fmt, adapter, dtype=dtype)
 

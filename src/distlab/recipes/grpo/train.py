@@ -21,32 +21,32 @@ import numpy as np
 import torch
 from torch import nn
 
-from distlab.training.checkpoint import Box
-from distlab.runtime.dist import module_checksum
+from distlab.recipes.grpo.config import GRPOConfig
+from distlab.recipes.grpo.off_policy import RolloutsAhead
+from distlab.recipes.lm.eval.evaluation import evaluate_pass_at_k, logged_evaluation, paired_fields
+from distlab.recipes.lm.models.placed import SamplingCopy, gathered, load_placed
+from distlab.recipes.lm.pg.batching import by_length, micro_batches, sequences
+from distlab.recipes.lm.pg.logprobs import logprobs
+from distlab.recipes.lm.pg.loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts, policy_loss,
+                                        reward_moments, std_from_moments, truncated_importance_weight)
+from distlab.recipes.lm.pg.nonfinite import SkipProbe, micro_batch_record
+from distlab.recipes.lm.pg.update import frozen_logprobs, policy_update
+from distlab.recipes.lm.pg.warmup import supervised_warmup
+from distlab.recipes.lm.rewards.functions import RewardFunctions, Sample
+from distlab.recipes.lm.rewards.scorer import RewardScorer
+from distlab.recipes.lm.rollout.generate import generate, max_prompt_tokens
+from distlab.recipes.lm.rollout.seeds import control_permutation, rollout_seed
+from distlab.recipes.lm.tasks import Task
+from distlab.recipes.lm.tasks.prompts import prompt_text, stops_for
+from distlab.recipes.lm.tasks.select import task_split
 from distlab.run.logs import Progress, mark_peak, peak_memory
+from distlab.runtime.dist import module_checksum
+from distlab.runtime.sampler import GlobalBatchSampler
+from distlab.training.checkpoint import Box
+from distlab.training.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
 from distlab.training.lr_schedule import lr_factor
 from distlab.training.optim_state import adamw
 from distlab.training.placement import DTYPES, compute_device
-from distlab.recipes.grpo.config import GRPOConfig
-from distlab.recipes.lm.batching import by_length, micro_batches, sequences
-from distlab.recipes.lm.evaluation import evaluate_pass_at_k, logged_evaluation, paired_fields
-from distlab.recipes.lm.generate import generate, max_prompt_tokens
-from distlab.recipes.lm.logprobs import logprobs
-from distlab.training.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
-from distlab.recipes.lm.models import SamplingCopy, gathered, load_placed
-from distlab.recipes.grpo.off_policy import RolloutsAhead
-from distlab.recipes.lm.pg_loss import (GlobalNorm, apply_truncation_mask, group_advantages, local_counts, policy_loss,
-                                        reward_moments, std_from_moments, truncated_importance_weight)
-from distlab.recipes.lm.prompting import prompt_text, stops_for
-from distlab.recipes.lm.reward_funcs import RewardFunctions, Sample
-from distlab.recipes.lm.rewards import RewardScorer
-from distlab.recipes.lm.seeds import control_permutation, rollout_seed
-from distlab.recipes.lm.task_sets import task_split
-from distlab.recipes.lm.tasks import Task
-from distlab.recipes.lm.nonfinite import SkipProbe, micro_batch_record
-from distlab.recipes.lm.update import frozen_logprobs, policy_update
-from distlab.recipes.lm.warmup import supervised_warmup
-from distlab.runtime.sampler import GlobalBatchSampler
 from distlab.training.wrap import unwrap
 
 

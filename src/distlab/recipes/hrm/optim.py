@@ -16,8 +16,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError, near_matches
+from distlab.runtime.dist import Runtime
 from distlab.training.optim_state import adamw
 
 from .models.puzzle_emb import SparsePuzzleEmbedding

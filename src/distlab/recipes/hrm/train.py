@@ -17,9 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from distlab.atomic import exclusive_lock
-from distlab.training.checkpoint import Box
 from distlab.errors import DistlabError
-from distlab.training.lr_schedule import set_lr
 from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.config import HRMConfig
 from distlab.recipes.hrm.data.format import PuzzleSplit, load_split
@@ -33,6 +31,8 @@ from distlab.recipes.hrm.models.loss import run_segment
 from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers, find_puzzle_emb
 from distlab.run.profiling import phase
 from distlab.runtime.sampler import GlobalBatchSampler
+from distlab.training.checkpoint import Box
+from distlab.training.lr_schedule import set_lr
 from distlab.training.wrap import replays_cuda_graphs, unwrap
 
 log = logging.getLogger("distlab")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.model_source import check_model_files, resolve_source
-from distlab.recipes.lm.settings import EvalConfig, SamplingConfig, check_checkpointing
-from distlab.recipes.lm.task_sets import check_task_data
+from distlab.recipes.lm.config import EvalConfig, SamplingConfig, check_checkpointing
+from distlab.recipes.lm.models.source import check_model_files, resolve_source
+from distlab.recipes.lm.tasks.select import check_task_data
 
 
 def check_groups(cfg: Any, world_size: int) -> None:
@@ -87,7 +87,7 @@ def check_roles(models: Any, trained: tuple[str, ...], frozen: dict[str, str]) -
 
 def check_settings(cfg: Any) -> None:
     """Values each LM recipe reads only inside a rank, checked once here: sampling, evaluation, the sandbox."""
-    from distlab.recipes.lm.logprobs import PACKING_ATTENTIONS
+    from distlab.recipes.lm.pg.logprobs import PACKING_ATTENTIONS
     from distlab.sandbox.config import check_sandbox
 
     check_sampling(cfg.sampling)
@@ -118,7 +118,7 @@ def check_attention(cfg: Any) -> None:
     on the CPU (a CPU run would fail at its first update): both refused here, before any process starts."""
     import torch
 
-    from distlab.recipes.lm.attention import attention_names
+    from distlab.recipes.lm.models.attention import attention_names
 
     name = cfg.model.attn_implementation
     known = attention_names()

@@ -19,9 +19,9 @@ import torch
 
 from distlab.config import wrap_of
 from distlab.recipe import ModelSpec
-from distlab.recipes.lm.model_parts import decoder_layers
-from distlab.recipes.lm.model_source import resolve_source
-from distlab.recipes.lm.models import samples_from_a_copy
+from distlab.recipes.lm.models.parts import decoder_layers
+from distlab.recipes.lm.models.placed import samples_from_a_copy
+from distlab.recipes.lm.models.source import resolve_source
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -30,11 +30,11 @@ BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 def _config(source: str):
     resolved = resolve_source(source)
     if resolved.kind == "tiny":
-        from distlab.recipes.lm.tiny_model import tiny_causal_lm
+        from distlab.recipes.lm.models.tiny import tiny_causal_lm
 
         return tiny_causal_lm(resolved.preset)[0].config
     if resolved.kind == "random":
-        from distlab.recipes.lm.random_model import random_config
+        from distlab.recipes.lm.models.random_shapes import random_config
 
         return random_config(resolved.preset)
     from transformers import AutoConfig
@@ -85,7 +85,7 @@ def _word(option: Any) -> str:
 
 def _fsdp_on_gpu(s: dict[str, int], trainable: int, held: int) -> tuple[int, int]:
     """``(while sampling, in the update)``: what a trained model FSDP2 shards (and may offload) holds on the GPU
-    beyond its shard. Sampling gathers the whole model (:func:`.models.gathered`) at the width it trains in, since
+    beyond its shard. Sampling gathers the whole model (:func:`.models.placed.gathered`) at the width it trains in, since
     no mixed-precision policy narrows it and no autocast runs there; the update keeps the root unit (embeddings,
     final norm, head) unsharded. Counting neither put the SCoRe 3B offload row 43% under its peak (H200,
     2026-11-26); both measured offload peaks were set while sampling."""
@@ -112,9 +112,9 @@ def _frees_its_cache(cfg: Any) -> bool:
 def training_prompts(cfg: Any) -> tuple[Any, list, list, list[str]]:
     """``(tokenizer, training tasks, few-shot examples, prompts)`` as the run builds them, so that the doctor counts
     the sequence lengths the run sizes its caches for (the longest prompt of the task set) instead of a guess."""
-    from distlab.recipes.lm.model_source import load_tokenizer
-    from distlab.recipes.lm.prompting import prompt_text
-    from distlab.recipes.lm.task_sets import task_split
+    from distlab.recipes.lm.models.source import load_tokenizer
+    from distlab.recipes.lm.tasks.prompts import prompt_text
+    from distlab.recipes.lm.tasks.select import task_split
 
     tok = load_tokenizer(cfg.model.source)
     tasks, _, few_shot = task_split(cfg.task)

@@ -26,13 +26,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from distlab.training.amp import MixedPrecision
-from distlab.runtime.dist import Runtime
 from distlab.errors import DistlabError
 from distlab.recipes.ppo.buffer import (Minibatch, Rollout, compute_gae, env_minibatches, flat_minibatch,
                                         sample_minibatches, sequence_minibatch)
 from distlab.recipes.ppo.envs import check_env_impl, finished_episodes, make_vec_env
 from distlab.recipes.ppo.policy import ActorCritic, State, build_policy
+from distlab.runtime.dist import Runtime
+from distlab.training.amp import MixedPrecision
 from distlab.training.wrap import autocast, set_fast_math
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 from distlab.atomic import atomic_save_figure, atomic_write_json
-from distlab.run.logs import Progress, phase_progress
 from distlab.recipes.ppo.policy import ActorCritic
 from distlab.recipes.ppo.trading import StockTradingEnv
+from distlab.run.logs import Progress, phase_progress
 
 TRADING_DAYS = 252
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from distlab.choices import Choice
-from distlab.errors import DistlabError
 from distlab.config import ModelSettings
-from distlab.recipes.lm.settings import LMRecipeConfig
+from distlab.errors import DistlabError
+from distlab.recipes.lm.config import LMRecipeConfig
 
 
 class Guidance(Choice):

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from distlab.recipes.lm.models.parts import position_ids_from_mask
 from distlab.training.amp import MixedPrecision
 from distlab.training.placement import compute_device, soft_update_
-from distlab.recipes.lm.logprobs import position_ids_from_mask
 from distlab.training.wrap import unwrap
 
 

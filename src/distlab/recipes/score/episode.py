@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import torch
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.chat import render_prompt
-from distlab.recipes.lm.stops import FINISH_LENGTH, FINISH_STOP, Completion
+from distlab.recipes.lm.rollout.stops import FINISH_LENGTH, FINISH_STOP, Completion
 from distlab.recipes.lm.tasks import Task, chat_messages
-from distlab.recipes.lm.tasks.prompts import FENCE_CLOSE, FENCE_OPEN, chat_instruction, is_math, text_lead
+from distlab.recipes.lm.tasks.prompts import (chat_instruction, FENCE_CLOSE, FENCE_OPEN, is_math, render_prompt,
+                                              text_lead)
 
 ROLE_PAD, ROLE_PROMPT, ROLE_Y1, ROLE_GLUE, ROLE_HINT, ROLE_INSTR, ROLE_Y2, ROLE_FEEDBACK = -1, 0, 1, 2, 3, 4, 5, 6
 ROLE_NAMES = {ROLE_PROMPT: "prompt", ROLE_Y1: "y1", ROLE_GLUE: "glue", ROLE_HINT: "hint", ROLE_INSTR: "instruction",

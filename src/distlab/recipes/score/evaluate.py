@@ -12,18 +12,18 @@ from pathlib import Path
 
 import torch
 
-from distlab.training.placement import DTYPES
-from distlab.training.loop import skipped_fields
-from distlab.recipes.lm.models import SamplingCopy, load_placed
-from distlab.run.logs import Progress
-from distlab.recipes.lm.evaluation import gathered_rows, paired_fields, prompts_per_call
+from distlab.recipes.lm.eval.evaluation import gathered_rows, paired_fields, prompts_per_call
+from distlab.recipes.lm.models.placed import SamplingCopy, load_placed
+from distlab.recipes.lm.rewards.scorer import RewardScorer
 from distlab.recipes.lm.tasks import Task
-from distlab.recipes.lm.task_sets import eval_tasks, train_tasks
+from distlab.recipes.lm.tasks.select import eval_tasks, train_tasks
 from distlab.recipes.score import metrics as scm
 from distlab.recipes.score.config import ScoreConfig, guidance_config
 from distlab.recipes.score.episode import leaks_code
-from distlab.recipes.lm.rewards import RewardScorer
 from distlab.recipes.score.rollout import Players, play
+from distlab.run.logs import Progress
+from distlab.training.loop import skipped_fields
+from distlab.training.placement import DTYPES
 from distlab.training.session import stop_requested
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distlab.recipes.lm.passk import bootstrap_ci, paired_comparison
+from distlab.recipes.lm.eval.passk import bootstrap_ci, paired_comparison
 
 HEADLINE = ("acc_t1", "acc_t2", "delta_t1_t2", "delta_i_to_c", "delta_c_to_i")
 

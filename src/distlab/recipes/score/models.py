@@ -12,12 +12,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from distlab.runtime.dist import module_checksum
-from distlab.training.placement import place
-from distlab.recipes.lm.model_parts import unwrap_model
-from distlab.recipes.lm.models import load_placed
+from distlab.recipes.lm.models.parts import unwrap_model
+from distlab.recipes.lm.models.placed import load_placed
 from distlab.recipes.score.config import ScoreConfig, guidance_config, used_models
 from distlab.recipes.score.critic import TwinHead, make_target
+from distlab.runtime.dist import module_checksum
+from distlab.training.placement import place
 from distlab.training.wrap import unwrap
 
 

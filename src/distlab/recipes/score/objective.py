@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from distlab.recipes.lm.pg_loss import GlobalNorm, group_advantages, local_counts, policy_loss
-from distlab.recipes.lm.seeds import control_permutation
+from distlab.recipes.lm.pg.loss import GlobalNorm, group_advantages, local_counts, policy_loss
+from distlab.recipes.lm.rollout.seeds import control_permutation
 from distlab.recipes.score.config import GuidanceBaseline
 from distlab.recipes.score.episode import ROLE_Y1, ROLE_Y2
 
@@ -179,7 +179,7 @@ def score_policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | 
                       ) -> tuple[Tensor, dict[str, Tensor]]:
     """This micro-batch's share of the step's loss (times ``world_size`` for a DDP mean), and SUM-able stats.
 
-    The sum over turns of :func:`~distlab.recipes.lm.pg_loss.policy_loss` on that turn's tokens, normalised by
+    The sum over turns of :func:`~distlab.recipes.lm.pg.loss.policy_loss` on that turn's tokens, normalised by
     that turn's global counts in ``norm`` (:func:`step_counts`). ``kl_w`` (:func:`kl_weights`) is 0 off the
     policy's tokens, and ``ref_logp`` may be ``None`` only when every weight is 0. ``turns`` names the turns with a
     loss term: ``(2,)`` for ``arm=bandit_t2``, whose turn-1 tokens then carry neither policy gradient nor KL.

@@ -19,12 +19,12 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from distlab.errors import DistlabError
 from distlab.config import wrap_of
+from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
-from distlab.recipes.lm.export import FORMATS as EXPORT_FORMATS
-from distlab.recipes.lm.python_inputs import python_inputs
-from distlab.recipes.lm.settings import LM_POSITIVE_KEYS, LM_SMOKE, LM_ZERO_MEANS
+from distlab.recipes.lm.config import LM_POSITIVE_KEYS, LM_SMOKE, LM_ZERO_MEANS
+from distlab.recipes.lm.models.export import FORMATS as EXPORT_FORMATS
+from distlab.recipes.lm.tasks.python_inputs import python_inputs
 from distlab.recipes.score.config import (MODEL_NAMES, ScoreConfig, beta2_of, check_arm, effective_models,
                                           guidance_config, used_models)
 
@@ -116,7 +116,7 @@ def head_params(width: int, hidden: int) -> int:
 def model_spec(cfg: ScoreConfig) -> list[ModelSpec]:
     """One spec per model these options load, each at its placement, for ``distlab doctor --recipe score``."""
     from distlab.recipes.lm.memory import lm_specs, shape, training_prompts
-    from distlab.recipes.lm.model_source import load_tokenizer
+    from distlab.recipes.lm.models.source import load_tokenizer
     from distlab.recipes.score.episode import guidance_length_bound, turn2_length_bound
 
     names = used_models(cfg)
@@ -152,7 +152,7 @@ def model_spec(cfg: ScoreConfig) -> list[ModelSpec]:
 
 def export(cfg: ScoreConfig, ckpt: Path, out: Path, fmt: str, adapter: bool, dtype: str | None = None) -> None:
     """The trained self-correcting policy (the model a user deploys; the guidance model only trains it)."""
-    from distlab.recipes.lm.export import export_hf
+    from distlab.recipes.lm.models.export import export_hf
 
     export_hf(cfg, ckpt, out, fmt, adapter, dtype=dtype)
 

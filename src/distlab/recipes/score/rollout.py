@@ -15,15 +15,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from distlab.run.logs import Progress
-from distlab.recipes.lm.models import gathered
-from distlab.recipes.lm.prompting import prompt_text, stops_for
-from distlab.recipes.lm.generate import generate, generate_from_ids
-from distlab.recipes.lm.rewards import RewardScorer
+from distlab.recipes.lm.models.placed import gathered
+from distlab.recipes.lm.rewards.scorer import RewardScorer
+from distlab.recipes.lm.rollout.generate import generate, generate_from_ids
 from distlab.recipes.lm.tasks import Task
-from distlab.recipes.lm.tasks.prompts import build_program, is_math
+from distlab.recipes.lm.tasks.prompts import build_program, is_math, prompt_text, stops_for
 from distlab.recipes.score.episode import (ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, execution_feedback,
                                            guidance_prompt, turn2_prompt)
+from distlab.run.logs import Progress
 from distlab.training.wrap import unwrap
 
 SEED_HINT, SEED_TURN2, SEED_NO_HINT = 1_000_003, 2_000_003, 3_000_017

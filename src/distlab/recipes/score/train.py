@@ -27,27 +27,21 @@ from functools import partial
 
 import torch
 
-from distlab.training.checkpoint import Box
-from distlab.runtime.dist import full_state_dict
-from distlab.run.logs import mark_peak, peak_memory
-from distlab.training.optim_state import adamw
-from distlab.training.placement import DTYPES, compute_device
-from distlab.recipes.lm.batching import micro_batches, sequences
-from distlab.recipes.lm.evaluation import logged_evaluation
-from distlab.recipes.lm.logprobs import logprobs
-from distlab.training.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
-from distlab.recipes.lm.models import SamplingCopy
-from distlab.recipes.lm.pg_loss import GlobalNorm, local_counts, policy_loss
-from distlab.recipes.lm.rewards import RewardScorer
-from distlab.recipes.lm.seeds import rollout_seed
-from distlab.recipes.lm.task_sets import task_split
-from distlab.recipes.lm.nonfinite import SkipProbe, micro_batch_record
-from distlab.recipes.lm.update import frozen_logprobs, policy_update
-from distlab.recipes.lm.warmup import supervised_warmup
+from distlab.recipes.lm.eval.evaluation import logged_evaluation
+from distlab.recipes.lm.models.placed import SamplingCopy
+from distlab.recipes.lm.pg.batching import micro_batches, sequences
+from distlab.recipes.lm.pg.logprobs import logprobs
+from distlab.recipes.lm.pg.loss import GlobalNorm, local_counts, policy_loss
+from distlab.recipes.lm.pg.nonfinite import SkipProbe, micro_batch_record
+from distlab.recipes.lm.pg.update import frozen_logprobs, policy_update
+from distlab.recipes.lm.pg.warmup import supervised_warmup
+from distlab.recipes.lm.rewards.scorer import RewardScorer
+from distlab.recipes.lm.rollout.seeds import rollout_seed
+from distlab.recipes.lm.tasks.prompts import prompt_text
+from distlab.recipes.lm.tasks.select import task_split
 from distlab.recipes.score import metrics as scm
 from distlab.recipes.score.config import ScoreConfig, beta2_of
 from distlab.recipes.score.critic import Transitions, pooled_features, score_then_fit
-from distlab.recipes.lm.prompting import prompt_text
 from distlab.recipes.score.episode import Episode, guidance_length_bound, leaks_code, pack, turn2_length_bound
 from distlab.recipes.score.evaluate import evaluate_self_correction, feedback_label, paired_changes
 from distlab.recipes.score.models import Models, checksums, load_models
@@ -57,7 +51,13 @@ from distlab.recipes.score.objective import (TurnNorm, bandit_advantages, guidan
                                              turn_returns)
 from distlab.recipes.score.rollout import CacheShapes, Players, play
 from distlab.recipes.score.schedule import StageSchedule
+from distlab.run.logs import mark_peak, peak_memory
+from distlab.runtime.dist import full_state_dict
 from distlab.runtime.sampler import GlobalBatchSampler
+from distlab.training.checkpoint import Box
+from distlab.training.loop import count_skipped_steps, final_evaluation, run_fields, run_steps
+from distlab.training.optim_state import adamw
+from distlab.training.placement import DTYPES, compute_device
 from distlab.training.wrap import unwrap
 
 

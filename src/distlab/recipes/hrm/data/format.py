@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from distlab.atomic import atomic_path
-from distlab.runtime.epoch_order import ExampleGroups
 from distlab.errors import DistlabError
+from distlab.runtime.epoch_order import ExampleGroups
 
 SPLITS = ("train", "test")
 ARRAY_NAMES = ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices")

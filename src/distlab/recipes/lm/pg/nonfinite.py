@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from distlab.atomic import atomic_path
-from distlab.recipes.lm.logprobs import logprobs
-from distlab.recipes.lm.pg_loss import kl_penalty
+from distlab.recipes.lm.pg.logprobs import logprobs
+from distlab.recipes.lm.pg.loss import kl_penalty
 
 Record = Callable[[int], dict[str, torch.Tensor | None]]
 MicroLoss = Callable[[int], tuple[torch.Tensor, dict[str, torch.Tensor]]]

@@ -7,6 +7,7 @@ wrapped (peft) or unwrapped, so the lookups live here once.
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 # Projection names of Llama-family decoder layers (Llama, Qwen2, Mistral, SmolLM2).
@@ -81,3 +82,13 @@ def apply_lora(model: nn.Module, r: int, alpha: float | None = None, dropout: fl
 
 def trainable_parameter_names(model: nn.Module) -> list[str]:
     return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counting only real tokens (0 on padding): what HF ``generate`` uses for left padding.
+
+    Scoring must use the same positions as sampling did, or the log-probs belong to another
+    distribution.
+    """
+    pos = attention_mask.long().cumsum(-1) - 1
+    return pos.masked_fill(attention_mask == 0, 0)

@@ -18,10 +18,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from distlab.recipes.lm.logprobs import logprobs
-from distlab.recipes.lm.nonfinite import SkipProbe, dump_skipped_step, nonfinite_params
-from distlab.training.amp import MixedPrecision
+from distlab.recipes.lm.pg.logprobs import logprobs
+from distlab.recipes.lm.pg.nonfinite import SkipProbe, dump_skipped_step, nonfinite_params
 from distlab.run.logs import mark_peak
+from distlab.training.amp import MixedPrecision
 from distlab.training.wrap import no_sync
 
 log = logging.getLogger("distlab")
@@ -52,7 +52,7 @@ def policy_update(session, model: nn.Module, opt: torch.optim.Optimizer, micro_b
     in ``amp/skipped_steps``); its norm comes back as NaN. On the run's first such skip (not fp16's loss-scale
     overflows, which the scale fixes) ``probe`` has the step's micro-batches replayed and written down
     (:mod:`.nonfinite`). ``marks`` gets the memory peak before the first optimizer step
-    (``peak_gib_after/backward``), which tells the forward and backward from the step (:func:`.logs.mark_peak`).
+    (``peak_gib_after/backward``), which tells the forward and backward from the step (:func:`distlab.run.logs.mark_peak`).
     """
     # summed where they are (reading a GPU tensor waits for the GPU): the host reads them once, after every step
     device_sums: dict[str, torch.Tensor | float] = {}

@@ -73,7 +73,7 @@ def random_causal_lm(name: str, dtype: torch.dtype = torch.float32, seed: int = 
     the tiny models' byte tokenizer (built in memory, so a GPU machine needs no model file at all)."""
     from transformers import AutoModelForCausalLM
 
-    from distlab.recipes.lm.tiny_model import byte_tokenizer
+    from distlab.recipes.lm.models.tiny import byte_tokenizer
 
     tok = byte_tokenizer()
     config = random_config(name)

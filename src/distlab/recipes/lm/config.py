@@ -13,7 +13,7 @@ from distlab.sandbox.config import SandboxConfig
 
 
 class SequenceLoss(Choice):
-    """GRPO's aggregations (TRL's ``loss_type`` names); see :func:`distlab.recipes.lm.pg_loss.policy_loss`."""
+    """GRPO's aggregations (TRL's ``loss_type`` names); see :func:`distlab.recipes.lm.pg.loss.policy_loss`."""
 
     grpo = "grpo"
     bnpo = "bnpo"
@@ -50,7 +50,7 @@ class ModelConfig:
     lora_alpha: float = 0.0  # 0: 2 x lora_r
     gradient_checkpointing: bool = False
     prompt_mode: PromptMode = PromptMode.chat
-    # grouped_sdpa: transformers' sdpa whose decode step reads K/V once per key/value head (recipes/lm/attention.py);
+    # grouped_sdpa: transformers' sdpa whose decode step reads K/V once per key/value head (recipes/lm/models/attention.py);
     # any name transformers takes (sdpa, eager, flex_attention, flash_attention_2) also works
     attn_implementation: str = "grouped_sdpa"
 
@@ -77,9 +77,9 @@ class SamplingConfig:
     top_p: float = 1.0
     backend: SamplingBackend = SamplingBackend.static
     chunk_prompts: int = 0  # prompts per generate call; scoring overlaps the next. 0: a training step's prompts at
-    # once, and in evaluation as many prompts as make a training step's rows (lm/evaluation.py: prompts_per_call)
+    # once, and in evaluation as many prompts as make a training step's rows (lm/eval/evaluation.py: prompts_per_call)
     compact_rows: bool = False  # static backend: once half the rows have finished, decode the rest on a cache half
-    # as large (one compiled graph per row count; lm/generate.py); off until measured on a GPU
+    # as large (one compiled graph per row count; lm/rollout/generate.py); off until measured on a GPU
 
 
 @dataclass

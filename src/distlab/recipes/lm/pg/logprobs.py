@@ -25,21 +25,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from distlab.recipes.lm.models.parts import position_ids_from_mask, unwrap_model
 from distlab.training.placement import compute_device
-from distlab.recipes.lm.model_parts import unwrap_model
 
 # Architectures that transform logits after the LM head; the chunked head would skip that step.
 _POST_HEAD_CONFIG_KEYS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions counting only real tokens (0 on padding): what HF ``generate`` uses for left padding.
-
-    Scoring must use the same positions as sampling did, or the log-probs belong to another
-    distribution.
-    """
-    pos = attention_mask.long().cumsum(-1) - 1
-    return pos.masked_fill(attention_mask == 0, 0)
 
 
 def score_mask(

@@ -17,8 +17,8 @@ import logging
 import torch
 from torch import nn
 
-from distlab.recipes.lm.batching import sequences
-from distlab.recipes.lm.logprobs import logprobs
+from distlab.recipes.lm.pg.batching import sequences
+from distlab.recipes.lm.pg.logprobs import logprobs
 from distlab.recipes.lm.tasks import Task, text_completion, text_prompt
 from distlab.training.amp import MixedPrecision
 

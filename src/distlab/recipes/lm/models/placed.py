@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from distlab.recipes.lm.config import ModelConfig
+from distlab.recipes.lm.models.parts import decoder_layers
+from distlab.recipes.lm.models.source import load_causal_lm
 from distlab.training.placement import DTYPES, place
-from distlab.recipes.lm.model_parts import decoder_layers
-from distlab.recipes.lm.model_source import load_causal_lm
-from distlab.recipes.lm.settings import ModelConfig
 from distlab.training.wrap import unwrap
 
 

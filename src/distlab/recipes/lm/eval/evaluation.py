@@ -14,13 +14,13 @@ from distlab.atomic import atomic_write_json
 from distlab.run.logs import Progress
 from distlab.training.session import StopRequested, stop_requested
 
-from distlab.recipes.lm.models import gathered
-from distlab.recipes.lm.generate import generate
-from distlab.recipes.lm.passk import bootstrap_ci, paired_comparison, pass_at_k_summary
-from distlab.recipes.lm.prompting import prompt_text, stops_for
-from distlab.recipes.lm.rewards import RewardScorer
-from distlab.recipes.lm.settings import EvalConfig, SamplingConfig
+from distlab.recipes.lm.config import EvalConfig, SamplingConfig
+from distlab.recipes.lm.eval.passk import bootstrap_ci, paired_comparison, pass_at_k_summary
+from distlab.recipes.lm.models.placed import gathered
+from distlab.recipes.lm.rewards.scorer import RewardScorer
+from distlab.recipes.lm.rollout.generate import generate
 from distlab.recipes.lm.tasks import Task
+from distlab.recipes.lm.tasks.prompts import prompt_text, stops_for
 from distlab.training.wrap import unwrap
 
 log = logging.getLogger("distlab")
@@ -157,6 +157,6 @@ def logged_evaluation(session, step: int, split: str, run: Callable[[Callable[[s
 
 def paired_fields(before: list[float], after: list[float], names: dict[str, str]) -> dict:
     """A paired comparison of per-problem scores, as metrics: ``names`` maps a metric to a field of
-    :class:`~distlab.recipes.lm.passk.PairedComparison` (``diff``, ``low``, ``high``, ``significant``...)."""
+    :class:`~distlab.recipes.lm.eval.passk.PairedComparison` (``diff``, ``low``, ``high``, ``significant``...)."""
     cmp = paired_comparison(before, after)
     return {metric: getattr(cmp, attr) for metric, attr in names.items()}

@@ -1,0 +1,1 @@
+"""Evaluation of an LM policy: greedy and sampled pass@k over a task set."""

@@ -1,0 +1,1 @@
+"""Sampling completions: the static-cache generator, the sampling settings, stop strings and per-rank seeds."""
