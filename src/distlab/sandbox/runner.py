@@ -239,15 +239,11 @@ def make_describe(own_file):
     return describe, frames_of
 
 
-def make_endpoint(judge, rfd, wfd, *, fatal, gone, flush, import_module, failures=None):
-    """One end of the wire: encoder, safe decoder, framing, and the loop that waits for a reply while serving the
-    other side's requests (callbacks nest both ways). Everything is bound here, before the program runs.
-
-    ``fatal(code, why)`` ends this process (a protocol error, the judge's verdict on a host that exited or ran out
-    of memory); ``gone()`` runs when the other side disappeared; ``import_module(name)`` returns a module or None.
-    On the judge side ``failures`` records a test assertion that failed inside a callback (the program may catch
-    it, the verdict does not forget it).
-    """
+def capture_builtins():
+    """The built-ins, ``operator``/``collections`` functions and AST node types the endpoint uses, read once into one
+    immutable record before the program runs. A program that later rebinds ``builtins.isinstance`` or patches a
+    module does not reach these copies: each factory below binds what it needs from the record to its own locals
+    (closure cells, not globals looked up at call time)."""
     type_, id_, repr_, hex_, len_, str_, int_, float_, complex_ = type, id, repr, hex, len, str, int, float, complex
     bytes_, bool_, tuple_, list_, set_, frozenset_, dict_ = bytes, bool, tuple, list, set, frozenset, dict
     isinst, issub, getattr_, vars_, zip_, range_ = isinstance, issubclass, getattr, vars, zip, range
@@ -257,7 +253,6 @@ def make_endpoint(judge, rfd, wfd, *, fatal, gone, flush, import_module, failure
     assertion_error, attribute_error, runtime_error = AssertionError, AttributeError, RuntimeError
     type_error = TypeError
     read, write, exit_, map_ = os.read, os.write, os._exit, map
-    from array import array as array_
     counter_t, odict_t, ddict_t = collections.Counter, collections.OrderedDict, collections.defaultdict
     dict_items, odict_items, dict_update, dict_get = dict.items, collections.OrderedDict.items, dict.update, dict.get
     list_append, set_update, set_clear, dict_clear = list.append, set.update, set.clear, dict.clear
@@ -266,10 +261,28 @@ def make_endpoint(judge, rfd, wfd, *, fatal, gone, flush, import_module, failure
         _ast.Constant, _ast.Tuple, _ast.List, _ast.Set, _ast.Dict, _ast.Name, _ast.Call
     UnaryOp_, BinOp_, USub_, UAdd_, Add_, Sub_ = _ast.UnaryOp, _ast.BinOp, _ast.USub, _ast.UAdd, _ast.Add, _ast.Sub
     only_ast = _ast.PyCF_ONLY_AST
-    own_tag, their_tag = ("CB", "R") if judge else ("R", "CB")
-    own_file = make_endpoint.__code__.co_filename
-    describe, frames_of = make_describe(own_file)
+    from array import array as array_
     real_builtins = dict_(builtins.__dict__)
+    captured = dict_(locals())
+    return collections.namedtuple("Captured", list_(captured))(**captured)
+
+
+def make_codec(b, judge, *, import_module, fatal, bad, frames_of):
+    """Encoding to the wire's literal text, the safe decoder (a walker over the literal's syntax tree that builds
+    only built-in values and proxies, never eval) and exceptions that cross over. ``proxy_type`` is a one-slot
+    list that :func:`make_endpoint` fills with the proxy class once the server exists."""
+    type_, id_, repr_, hex_, len_, str_, int_ = b.type_, b.id_, b.repr_, b.hex_, b.len_, b.str_, b.int_
+    float_, complex_, bytes_, bool_, tuple_, list_ = b.float_, b.complex_, b.bytes_, b.bool_, b.tuple_, b.list_
+    set_, frozenset_, dict_, issub, vars_, zip_ = b.set_, b.frozenset_, b.dict_, b.issub, b.vars_, b.zip_
+    compile_, none_type, module_type, exception_ = b.compile_, b.none_type, b.module_type, b.exception_
+    base_exception, memory_error, map_, counter_t = b.base_exception, b.memory_error, b.map_, b.counter_t
+    odict_t, ddict_t, dict_items, odict_items = b.odict_t, b.ddict_t, b.dict_items, b.odict_items
+    dict_update, dict_get, list_append, object_new = b.dict_update, b.dict_get, b.list_append, b.object_new
+    object_setattr, Constant_, Tuple_, List_, Set_ = b.object_setattr, b.Constant_, b.Tuple_, b.List_, b.Set_
+    Dict_, Name_, Call_, UnaryOp_, BinOp_, USub_ = b.Dict_, b.Name_, b.Call_, b.UnaryOp_, b.BinOp_, b.USub_
+    UAdd_, Add_, Sub_, only_ast, array_ = b.UAdd_, b.Add_, b.Sub_, b.only_ast, b.array_
+    real_builtins = b.real_builtins
+    own_tag, their_tag = ("CB", "R") if judge else ("R", "CB")
     # Built-ins travel by name. The judge sends any of its own (the host maps the name to its copy: nothing of the
     # judge's becomes callable by the program) but accepts only inert values, never eval, getattr or __import__.
     names_out, names_in = {}, {}
@@ -290,12 +303,6 @@ def make_endpoint(judge, rfd, wfd, *, fatal, gone, flush, import_module, failure
     mutable_ids = {id_(list_), id_(dict_), id_(set_)}
     own, own_ids, theirs = [], {}, {}  # handle -> object (kept alive, so ids stay unique), id -> handle, proxies
     proxy_type = [None]
-    inbuf = bytearray()
-    closed = []  # set once this side is finishing: proxies then refuse instead of calling a dead process
-    lock = _thread.RLock()  # the host's threads may call back into the tests; one exchange at a time
-
-    def bad(why):
-        fatal(UNTRUSTED, "protocol error: %s" % why)
 
     # -- encoding -------------------------------------------------------------------------------------------------
     def own_handle(x):
@@ -470,38 +477,6 @@ def make_endpoint(judge, rfd, wfd, *, fatal, gone, flush, import_module, failure
             bad("not a message")
         return body.elts[0].value, body.elts
 
-    # -- framing ------------------------------------------------------------------------------------------------
-    def send(text):
-        data = text.encode("utf-8")
-        data = len_(data).to_bytes(8, "big") + data
-        view, done = memoryview_(data), 0
-        try:
-            while done < len_(data):
-                done += write(wfd, view[done:])
-        except OSError:
-            gone()
-
-    def fill(need):
-        while len_(inbuf) < need:
-            chunk = read(rfd, min(max(1 << 16, need - len_(inbuf)), 1 << 24))
-            if not chunk:
-                return False
-            inbuf.extend(chunk)
-        return True
-
-    def recv():
-        """The next frame's bytes, or None at end of file."""
-        if not fill(8):
-            return None
-        size = int_.from_bytes(bytes_(inbuf[:8]), "big")
-        if size > MAX_FRAME:
-            bad("a frame of %d bytes" % size)
-        if not fill(8 + size):
-            return None
-        frame = bytes_(inbuf[8:8 + size])
-        del inbuf[:8 + size]
-        return frame
-
     # -- exceptions that cross over -------------------------------------------------------------------------------
     def encode_raise(exc):
         t = type_(exc)
@@ -553,6 +528,95 @@ def make_endpoint(judge, rfd, wfd, *, fatal, gone, flush, import_module, failure
         except base_exception:
             pass
         return exc
+    return {"encode": encode, "dec": dec, "guarded": guarded, "parse": parse, "encode_raise": encode_raise,
+            "build_exception": build_exception, "own": own, "own_tag": own_tag, "mutable_ids": mutable_ids,
+            "proxy_type": proxy_type}
+
+
+def make_wire(b, rfd, wfd, *, gone, bad):
+    """Framing: each message is its length in 8 bytes, then its UTF-8 text."""
+    len_, int_, bytes_, memoryview_, read, write = b.len_, b.int_, b.bytes_, b.memoryview_, b.read, b.write
+    inbuf = bytearray()
+
+    # -- framing ------------------------------------------------------------------------------------------------
+    def send(text):
+        data = text.encode("utf-8")
+        data = len_(data).to_bytes(8, "big") + data
+        view, done = memoryview_(data), 0
+        try:
+            while done < len_(data):
+                done += write(wfd, view[done:])
+        except OSError:
+            gone()
+
+    def fill(need):
+        while len_(inbuf) < need:
+            chunk = read(rfd, min(max(1 << 16, need - len_(inbuf)), 1 << 24))
+            if not chunk:
+                return False
+            inbuf.extend(chunk)
+        return True
+
+    def recv():
+        """The next frame's bytes, or None at end of file."""
+        if not fill(8):
+            return None
+        size = int_.from_bytes(bytes_(inbuf[:8]), "big")
+        if size > MAX_FRAME:
+            bad("a frame of %d bytes" % size)
+        if not fill(8 + size):
+            return None
+        frame = bytes_(inbuf[8:8 + size])
+        del inbuf[:8 + size]
+        return frame
+
+    return {"send": send, "recv": recv}
+
+
+def make_ops(b, judge):
+    """The operations the other side may ask of our objects, by name: the judge answers only a handful (the
+    program has no business running the tests' objects), the host (almost) everything an object can be asked."""
+    type_, repr_, len_, str_, int_, float_, complex_ = b.type_, b.repr_, b.len_, b.str_, b.int_, b.float_, b.complex_
+    bool_, isinst, issub, getattr_ = b.bool_, b.isinst, b.issub, b.getattr_
+    if judge:
+        ops = {"len": len_, "iter": iter, "next": next, "bool": bool_, "str": str_, "repr": repr_,
+               "contains": operator.contains, "getitem": operator.getitem}
+    else:
+        ops = {"len": len_, "iter": iter, "next": next, "bool": bool_, "str": str_, "repr": repr_, "format": format,
+               "getitem": operator.getitem, "setitem": operator.setitem, "delitem": operator.delitem,
+               "contains": operator.contains, "isinstance": isinst, "issubclass": issub, "dir": dir,
+               "reversed": reversed, "round": round, "int": int_, "float": float_, "complex": complex_,
+               "index": operator.index, "abs": abs, "neg": operator.neg, "pos": operator.pos,
+               "invert": operator.invert, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+               "ge": operator.ge, "divmod": divmod, "enter": lambda x: type_(x).__enter__(x),
+               "copy": lambda x: __import__("copy").copy(x), "deepcopy": lambda x: __import__("copy").deepcopy(x),
+               "exit": lambda x, *a: type_(x).__exit__(x, *a)}
+
+        def swapped(fn):
+            return lambda a, b: fn(b, a)
+
+        for name in BINARY:
+            fn = ops.get(name) or getattr_(operator, name + "_" if name in ("and", "or") else name)
+            ops[name], ops["r" + name] = fn, swapped(fn)
+    return ops
+
+
+def make_server(b, judge, codec, wire, ops, *, fatal, gone, flush, bad, describe, failures):
+    """Requests both ways: ``request`` sends one and serves the other side's requests until its reply comes
+    (callbacks nest both ways); ``serve_next`` is the host's idle loop."""
+    type_, id_, repr_, len_, str_, int_, tuple_ = b.type_, b.id_, b.repr_, b.len_, b.str_, b.int_, b.tuple_
+    list_, dict_, isinst, getattr_, vars_, zip_ = b.list_, b.dict_, b.isinst, b.getattr_, b.vars_, b.zip_
+    range_, exception_, base_exception, system_exit = b.range_, b.exception_, b.base_exception, b.system_exit
+    assertion_error, attribute_error, runtime_error = b.assertion_error, b.attribute_error, b.runtime_error
+    exit_, dict_update, set_update, set_clear = b.exit_, b.dict_update, b.set_update, b.set_clear
+    dict_clear, Constant_, Tuple_, Dict_, Name_ = b.dict_clear, b.Constant_, b.Tuple_, b.Dict_, b.Name_
+    Call_ = b.Call_
+    encode, dec, guarded, parse = codec["encode"], codec["dec"], codec["guarded"], codec["parse"]
+    encode_raise, build_exception = codec["encode_raise"], codec["build_exception"]
+    own, own_tag, mutable_ids = codec["own"], codec["own_tag"], codec["mutable_ids"]
+    send, recv = wire["send"], wire["recv"]
+    closed = []  # set once this side is finishing: proxies then refuse instead of calling a dead process
+    lock = _thread.RLock()  # the host's threads may call back into the tests; one exchange at a time
 
     # -- serving the other side's requests ----------------------------------------------------------------------
     def own_target(node):
@@ -710,6 +774,12 @@ def make_endpoint(judge, rfd, wfd, *, fatal, gone, flush, import_module, failure
             flush()
             send(reply)
 
+    return {"request": request, "serve_next": serve_next, "close": lambda: closed.append(1)}
+
+
+def make_proxies(b, judge, request):
+    """The class of the other process's objects: every use of one is a request there."""
+    attribute_error, type_error = b.attribute_error, b.type_error
     # -- the proxies --------------------------------------------------------------------------------------------
     def op(name, *args, allow_stop=False):
         return request(("op", name, args), allow_stop=allow_stop)
@@ -758,31 +828,32 @@ def make_endpoint(judge, rfd, wfd, *, fatal, gone, flush, import_module, failure
         Proxy.__deepcopy__ = lambda self, memo=None: op("deepcopy", self)
         Proxy.__instancecheck__ = lambda self, obj: op("isinstance", obj, self)
         Proxy.__subclasscheck__ = lambda self, cls: op("issubclass", cls, self)
-    proxy_type[0] = Proxy
+    return Proxy
 
-    if judge:
-        ops = {"len": len_, "iter": iter, "next": next, "bool": bool_, "str": str_, "repr": repr_,
-               "contains": operator.contains, "getitem": operator.getitem}
-    else:
-        ops = {"len": len_, "iter": iter, "next": next, "bool": bool_, "str": str_, "repr": repr_, "format": format,
-               "getitem": operator.getitem, "setitem": operator.setitem, "delitem": operator.delitem,
-               "contains": operator.contains, "isinstance": isinst, "issubclass": issub, "dir": dir,
-               "reversed": reversed, "round": round, "int": int_, "float": float_, "complex": complex_,
-               "index": operator.index, "abs": abs, "neg": operator.neg, "pos": operator.pos,
-               "invert": operator.invert, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
-               "ge": operator.ge, "divmod": divmod, "enter": lambda x: type_(x).__enter__(x),
-               "copy": lambda x: __import__("copy").copy(x), "deepcopy": lambda x: __import__("copy").deepcopy(x),
-               "exit": lambda x, *a: type_(x).__exit__(x, *a)}
 
-        def swapped(fn):
-            return lambda a, b: fn(b, a)
+def make_endpoint(judge, rfd, wfd, *, fatal, gone, flush, import_module, failures=None):
+    """One end of the wire: encoder, safe decoder, framing, and the loop that waits for a reply while serving the
+    other side's requests (callbacks nest both ways). Everything is bound here, before the program runs.
 
-        for name in BINARY:
-            fn = ops.get(name) or getattr_(operator, name + "_" if name in ("and", "or") else name)
-            ops[name], ops["r" + name] = fn, swapped(fn)
+    ``fatal(code, why)`` ends this process (a protocol error, the judge's verdict on a host that exited or ran out
+    of memory); ``gone()`` runs when the other side disappeared; ``import_module(name)`` returns a module or None.
+    On the judge side ``failures`` records a test assertion that failed inside a callback (the program may catch
+    it, the verdict does not forget it).
+    """
+    b = capture_builtins()
+    describe, frames_of = make_describe(make_endpoint.__code__.co_filename)
 
-    return {"send": send, "recv": recv, "parse": parse, "dec": dec, "encode": encode, "request": request,
-            "serve_next": serve_next, "guarded": guarded, "describe": describe, "close": lambda: closed.append(1)}
+    def bad(why):
+        fatal(UNTRUSTED, "protocol error: %s" % why)
+
+    codec = make_codec(b, judge, import_module=import_module, fatal=fatal, bad=bad, frames_of=frames_of)
+    wire = make_wire(b, rfd, wfd, gone=gone, bad=bad)
+    server = make_server(b, judge, codec, wire, make_ops(b, judge), fatal=fatal, gone=gone, flush=flush, bad=bad,
+                         describe=describe, failures=failures)
+    codec["proxy_type"][0] = make_proxies(b, judge, server["request"])
+    return {"send": wire["send"], "recv": wire["recv"], "parse": codec["parse"], "dec": codec["dec"],
+            "encode": codec["encode"], "request": server["request"], "serve_next": server["serve_next"],
+            "guarded": codec["guarded"], "describe": describe, "close": server["close"]}
 
 
 # ----------------------------------------------------------------------------------------------------------------
