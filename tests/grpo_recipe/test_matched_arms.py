@@ -63,11 +63,11 @@ def test_dynamic_sampling_logs_the_first_round_apart_from_the_kept_batch(tmp_pat
 
 
 def _qwen_stage(tmp_path: Path, arm: str, **env: str) -> subprocess.CompletedProcess:
-    """benchmarks/gpu_grpo_qwen.sh with SMOKE=1: the device script's command line, on this CPU, tiny model."""
+    """benchmarks/archive/gpu_grpo_qwen.sh with SMOKE=1: the device script's command line, on this CPU, tiny model."""
     full = dict(os.environ, SMOKE="1", OUT=str(tmp_path / "out"), RUNS=str(tmp_path / "runs"), OMP_NUM_THREADS="1",
                 PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **env)
     (tmp_path / "out").mkdir(exist_ok=True)
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_grpo_qwen.sh"), "train", arm], cwd=ROOT, env=full,
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "archive" / "gpu_grpo_qwen.sh"), "train", arm], cwd=ROOT, env=full,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_grpo_smol_families.sh with SMOKE=1: the device script's own command lines, run on this CPU with
+"""benchmarks/archive/gpu_grpo_smol_families.sh with SMOKE=1: the device script's own command lines, run on this CPU with
 the tiny model, so a bad setting fails here and not in a GPU session."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "gpu_grpo_smol_families.sh"
+SCRIPT = ROOT / "benchmarks" / "archive" / "gpu_grpo_smol_families.sh"
 HELD_OUT = {"affine", "poly", "less_than", "lower_str", "min_of_list", "count_list"}
 
 

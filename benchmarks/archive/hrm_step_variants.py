@@ -1,7 +1,7 @@
 """Issue 19 exploration: time one HRM/TRM training step (forward with ACT and the Q target, loss, backward,
 both optimizers) under candidate same-math changes, each in its own process so Inductor starts clean.
 
-    python3 benchmarks/hrm_step_variants.py --preset sudoku-extreme-1k --variants base,split,cdt,split+cdt
+    python3 benchmarks/archive/hrm_step_variants.py --preset sudoku-extreme-1k --variants base,split,cdt,split+cdt
 
 A variant is ``+``-joined switches:
   base      the code as it is
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def apply_switches(switches: set[str]) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SCoRe on one GPU (see docs/benchmarks.md): stage 1 stashes the first GGUF piece (as gpu_llm.sh 1);
 # stage 2: peak memory and step time for four placements (PLACE_CAP seconds each), then base vs trained
-# self-correction on MBPP test (skipped with PLACEMENTS_ONLY=1; benchmarks/gpu_score_ablation.sh does more).
+# self-correction on MBPP test (skipped with PLACEMENTS_ONLY=1; benchmarks/archive/gpu_score_ablation.sh does more).
 set -uo pipefail
 source benchmarks/device_setup.sh
 if [ "${1:?stage}" = 1 ]; then stash_gguf; exit 0; fi

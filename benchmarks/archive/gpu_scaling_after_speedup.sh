@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 16, run 1: HRM and TRM strong scaling on 1 and 2 GPUs after the issue-19 step work (SwiGLU split, TRM's
-# positions-first mixer and fused no-grad mixer kernel), as benchmarks/gpu_scaling.sh's HRM stage. Run from the repo
-# root on nvidia-h200-x2: bash benchmarks/gpu_scaling_after_speedup.sh; result JSON and log under $OUT.
+# positions-first mixer and fused no-grad mixer kernel), as benchmarks/archive/gpu_scaling.sh's HRM stage. Run from the repo
+# root on nvidia-h200-x2: bash benchmarks/archive/gpu_scaling_after_speedup.sh; result JSON and log under $OUT.
 set -uo pipefail
 source benchmarks/device_setup.sh
 [ -n "${OUT:-}" ] && exec > >(tee $OUT/log) 2>&1

@@ -1,7 +1,7 @@
 """What the logged entropy costs the update's forward+backward: log-probs alone, with the entropy as a statistic
 (``with_entropy=True``, detached) and with gradients through it (``"grad"``, as before 2026-11-26 for every run).
 
-    OMP_NUM_THREADS=2 python3 benchmarks/entropy_cost.py [--rows 8 --tokens 160 --repeats 5]
+    OMP_NUM_THREADS=2 python3 benchmarks/archive/entropy_cost.py [--rows 8 --tokens 160 --repeats 5]
 
 SmolLM2-135M-Instruct (the shipped package), random token ids, the last ``tokens - 32`` positions of each row
 scored, one warm-up pass then the median of ``repeats`` timed passes per mode.

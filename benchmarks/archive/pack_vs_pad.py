@@ -13,8 +13,8 @@ tokens; completions log-normal with median --completion-median, capped at --comp
 code-RL rollouts where a few completions run to the limit and most stop early. Random-weight models of
 published shapes (``random:<shape>``) are enough: the cost does not depend on what the weights learned.
 
-    python benchmarks/pack_vs_pad.py --shapes qwen2.5-0.5b,qwen2.5-1.5b --out $OUT
-    python benchmarks/pack_vs_pad.py --smoke      # tiny model on the CPU: checks the plumbing
+    python benchmarks/archive/pack_vs_pad.py --shapes qwen2.5-0.5b,qwen2.5-1.5b --out $OUT
+    python benchmarks/archive/pack_vs_pad.py --smoke      # tiny model on the CPU: checks the plumbing
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for mem_options
 from mem_options import _commit, _device  # noqa: E402  (the other memory tables' header)
 
 from distlab.recipes.lm.models.source import load_causal_lm  # noqa: E402

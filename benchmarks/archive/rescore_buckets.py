@@ -4,7 +4,7 @@ Each run saved its final predictions (predictions.npz); this scores them against
 evaluation's own functions and writes the rows into the run's summary.json -- only for copies of runs brought
 back from a device, never for a live run. It first checks that the recomputed exact accuracy per bucket equals
 what the run recorded, which proves the regenerated test split is the one the run was scored on.
-Usage: python3 benchmarks/rescore_buckets.py DATASET_DIR RESULTS_DIR [RESULTS_DIR ...]
+Usage: python3 benchmarks/archive/rescore_buckets.py DATASET_DIR RESULTS_DIR [RESULTS_DIR ...]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements behind docs/benchmarks.md: HRM and CLSTM-PPO scaling on 1 and 2 GPUs, then HRM and TRM
 # trained side by side (one GPU each) for a fixed wall-time budget on generated hard Sudoku.
-# Usage (repo root): [GPUS=1,2,4,8] bash benchmarks/gpu_scaling.sh OUT_DIR [MARKET_DIR] [TRAIN_SECONDS]
+# Usage (repo root): [GPUS=1,2,4,8] bash benchmarks/archive/gpu_scaling.sh OUT_DIR [MARKET_DIR] [TRAIN_SECONDS]
 set -uo pipefail
 OUT=${1:-bench_out}; MARKET=${2:-../shared/data/market}; TRAIN_S=${3:-100}; GPUS=${GPUS:-1,2}
 mkdir -p "$OUT"

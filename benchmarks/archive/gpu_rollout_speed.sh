@@ -2,7 +2,7 @@
 # Issue 29 item 5 on one GPU: rollout throughput of our sampler (`static`: shared prefill, fixed-shape compiled
 # decode) against transformers' `generate` (`hf`) and its static-cache compiled mode (`hf-static`), at 64 and 512
 # sequences (8 or 64 prompts x G=8) and 256 or 512 new tokens. Usage (repo root, on the device):
-#   bash benchmarks/gpu_rollout_speed.sh SOURCE[,SOURCE...]    e.g. random:qwen2.5-0.5b,random:smollm2-135m
+#   bash benchmarks/archive/gpu_rollout_speed.sh SOURCE[,SOURCE...]    e.g. random:qwen2.5-0.5b,random:smollm2-135m
 # Random-weight shapes run every completion to its token limit (equal work for every backend); a real model's
 # completions stop at their own ends. One JSON per case in $OUT; the cases run in the order below, most wanted first,
 # so a time limit cuts the least wanted. env: CASES (default "64:512 64:256 8:256 8:512"), BACKENDS, PROFILE=N (one

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # HRM and TRM 1-GPU throughput under dist.compile_mode=max_autotune_no_cudagraphs (not yet run through the trainer:
-# its compilation outlasted 430 s for TRM in benchmarks/hrm_step_variants.py on 2026-11-24). The default mode is
-# benchmarks/gpu_bench_hrm_trm.sh. The CUDA-graph modes are refused by the HRM recipe (the ACT carry).
+# its compilation outlasted 430 s for TRM in benchmarks/archive/hrm_step_variants.py on 2026-11-24). The default mode is
+# benchmarks/archive/gpu_bench_hrm_trm.sh. The CUDA-graph modes are refused by the HRM recipe (the ACT carry).
 set -uo pipefail
 source benchmarks/device_setup.sh
 DATA=data/sudoku-hard-1k-aug50

@@ -2,7 +2,7 @@
 # Issue 19: TRM's fused sequence-mixer kernel on one GPU. Default: its check and sub-block time, then the training
 # step with and without it (each variant in its own process). With "bench": the TRM bench as in
 # gpu_bench_hrm_trm.sh, then the same with the profiler as in gpu_issue19_after.sh (files under $OUT).
-# Run from the repo root on a device machine: bash benchmarks/gpu_fused_mixer.sh [bench]
+# Run from the repo root on a device machine: bash benchmarks/archive/gpu_fused_mixer.sh [bench]
 set -uo pipefail
 source benchmarks/device_setup.sh
 [ -n "${OUT:-}" ] && exec > >(tee $OUT/log) 2>&1
@@ -10,7 +10,7 @@ date -u; nvidia-smi -L
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 if [ "${1:-}" != bench ]; then
   python3 benchmarks/fused_mixer_check.py || exit 1
-  python3 benchmarks/hrm_step_variants.py --preset trm-sudoku --variants base,nofused --timeout 200
+  python3 benchmarks/archive/hrm_step_variants.py --preset trm-sudoku --variants base,nofused --timeout 200
   exit
 fi
 DATA=data/sudoku-hard-1k-aug50

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 19 after the SwiGLU split and TRM's positions-first layout: HRM and TRM 1-GPU throughput with the
-# torch.profiler breakdown (as benchmarks/gpu_perf.sh). Results under $OUT: profile summaries, top-kernel tables
+# torch.profiler breakdown (as benchmarks/archive/gpu_perf.sh). Results under $OUT: profile summaries, top-kernel tables
 # and the log. (HRM under max-autotune-no-cudagraphs did not finish compiling within one device command.)
 set -uo pipefail
 source benchmarks/device_setup.sh

@@ -3,7 +3,7 @@
 # evaluated on the 1,000 generated test puzzles with test-time sampling (K trajectories, halting-head selection;
 # the K=1 plain evaluation is reported beside it from the same pass), then again with majority-vote selection.
 # One run per device call (a 380 s budget, its compilation and the evaluations fit one 10-minute command).
-# Usage (repo root, on the device): bash benchmarks/gpu_hrm_budget.sh PRESET SEED AUG [key=value ...]
+# Usage (repo root, on the device): bash benchmarks/archive/gpu_hrm_budget.sh PRESET SEED AUG [key=value ...]
 #   AUG: augmented copies per training puzzle (50 or 1000); the test split is the same for every AUG and seed.
 #   env: BUDGET_S (380), K (16), NOISE (init), NOISE_SCALE (0.1), VOTE (1; 0 skips the vote re-evaluation),
 #   EXTRA_EVALS (more evaluations of the trained run, each SELECT:K:NOISE, e.g. "q:8:init q:16:latent")
