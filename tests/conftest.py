@@ -4,6 +4,7 @@ import logging
 import pytest
 
 import markers
+from clitools import run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -14,6 +15,12 @@ def _distlab_logger_restored():
     saved = (list(log.handlers), log.level, log.propagate)
     yield
     log.handlers[:], log.level, log.propagate = saved
+
+
+@pytest.fixture
+def cli():
+    """The real ``distlab`` command, run in a subprocess (``clitools.run_cli``)."""
+    return run_cli
 
 
 def pytest_configure(config: pytest.Config) -> None:

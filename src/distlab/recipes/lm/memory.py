@@ -94,7 +94,7 @@ def _fsdp_on_gpu(s: dict[str, int], trainable: int, held: int) -> tuple[int, int
 
 def layer_bytes_per_token(s: dict[str, int], act_width: int) -> int:
     """What one decoder layer saves for backward per token, counted from transformers' Llama/Qwen2 code under
-    autocast (``saved_tensors_hooks`` on a CPU, ``tests/lm_model/test_lm_memory_spec.py`` checks it): each RMSNorm
+    autocast (``saved_tensors_hooks`` on a CPU, ``tests/recipes/lm/models/test_lm_memory_spec.py`` checks it): each RMSNorm
     keeps two fp32 tensors of the (fp32) residual stream, each projection its own cast of the norm's output (five),
     attention its query, key and value at full width (grouped keys are repeated) and its output, the SwiGLU MLP
     four intermediates."""

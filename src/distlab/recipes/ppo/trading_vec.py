@@ -4,7 +4,7 @@
 window and 16-64 copies the rollout spends most of its time there. This env keeps the copies' state as
 arrays (cash [E], holdings [E, n], day [E], observation window [E, W, F]) and steps them together, with
 the same arithmetic in the same order as the scalar env, so states, observations, costs and episode
-boundaries are bit-identical and rewards equal to rounding (tests/ppo/test_trading_vec.py checks it).
+boundaries are bit-identical and rewards equal to rounding (tests/recipes/ppo/test_trading_vec.py checks it).
 
 It is a Gymnasium :class:`~gymnasium.vector.VectorEnv` with same-step autoreset, ``final_obs`` /
 ``final_info`` and ``reset_mask`` exactly as :class:`~gymnasium.vector.SyncVectorEnv` gives them, so the

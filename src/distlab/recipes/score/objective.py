@@ -14,7 +14,7 @@ right y1 that turn 2 copies (R1 = 2) once alpha > 1. That is where alpha acts: f
 reward is (1 + alpha) r2 minus a term fixed before y2 is sampled, so its expected gradient is
 (1 + alpha) times alpha = 0's in every state (a step size, not a preference for fixing). gamma = 0 (this
 recipe's default until 2026-11-27) credits each turn with its own reward only: alpha is then a turn-2 learning
-rate multiplier, and stage I leaves turn 1 to its KL anchor (``tests/score/test_score_credit.py`` computes both
+rate multiplier, and stage I leaves turn 1 to its KL anchor (``tests/recipes/score/test_score_credit.py`` computes both
 expected gradients exactly).
 
 Per token: ``l = -min(rho A, clip(rho, 1 - eps, 1 + eps) A) + w KL`` on y1 and y2 tokens only, with A the

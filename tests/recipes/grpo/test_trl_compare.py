@@ -1,0 +1,119 @@
+"""benchmarks/trl_compare.py: bad flags are one line and exit 2 without TRL installed; the step arithmetic and the
+reward TRL is handed are distlab's; with TRL importable, a 2-step run on the tiny model gives both rows."""
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "trl_compare.py"
+_spec = importlib.util.spec_from_file_location("trl_compare", SCRIPT)
+tc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tc)
+
+
+def _script(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--steps", "0"], "--steps 0 must be 1 or more"),
+    (["--steps", "two"], "invalid int value"),
+    (["--warmup-steps", "0"], "--warmup-steps 0 must be 1 or more"),
+    (["--steps", "2", "--warmup-steps", "2"], "leaves no measured step"),
+    (["--prompts", "3", "--num-generations", "4", "--micro-batch", "5"], "does not divide"),
+    (["--num-generations", "1"], "must be 2 or more"),
+    (["--lr", "nan"], "--lr nan must be a finite number above 0"),
+    (["--beta", "-1"], "--beta -1.0 must be 0 or more"),
+    (["--frameworks", "distlab,vllm"], "name one or both of distlab, trl"),
+    (["--trl-arg", "beta"], "is not KEY=VALUE"),
+    (["--loss-type", "cispo"], "invalid choice"),
+    (["--json", "/no/such/dir/out.json"], "does not exist"),
+    (["--no-such-flag"], "unrecognized arguments"),
+])
+def test_a_bad_flag_is_one_line_and_exit_2(tmp_path, args, says):
+    proc = _script(args, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trl_compare: error:") and says in lines[0], proc.stderr
+    assert proc.stdout == ""
+
+
+def test_an_unknown_model_source_is_one_line_and_exit_2(tmp_path):
+    proc = _script(["--model", "tiny:no-such-preset", "--device", "cpu", "--frameworks", "distlab"], tmp_path)
+    assert proc.returncode == 2 and "unknown tiny preset" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is not None, reason="trl is installed here")
+def test_without_trl_the_trl_side_is_refused_in_one_line(tmp_path):
+    proc = _script(["--model", "tiny:llama-2l", "--device", "cpu"], tmp_path)
+    assert proc.returncode == 2 and "trl is not importable" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_step_times_are_gaps_between_rows_and_the_rest_is_other():
+    rows = [{"step": k, "time": t, "completion_length": 10.0, "generate_s": 0.5, "reward_wait_s": 0.1,
+             "ref_logprobs_s": 0.2, "update_s": 0.3} for k, t in ((1, 100.0), (2, 101.5), (3, 102.5))]
+    steps = tc.distlab_steps(rows, completions=8)
+    assert [s["step_s"] for s in steps[1:]] == [1.5, 1.0] and steps[0]["step_s"] != steps[0]["step_s"]  # NaN
+    summary = tc.summarise(steps, warmup=1)
+    assert summary["measured_steps"] == [2, 3] and summary["step_s"] == pytest.approx(1.25)
+    assert summary["other_s"] == pytest.approx(0.15) and summary["gen_tokens_per_step"] == 80
+    assert summary["gen_tokens_per_s"] == pytest.approx(160.0)
+
+
+def test_both_sides_get_the_same_settings_by_their_own_names(tmp_path):
+    args = tc.parse_args(["--prompts", "4", "--num-generations", "4", "--micro-batch", "8", "--beta", "0.02",
+                          "--loss-type", "dapo", "--max-completion-length", "64", "--trl-arg", "top_k=5"])
+    args.device, args.dtype = "cuda", "bf16"
+    keys = dict(k.split("=", 1) for k in tc.distlab_overrides(args, tmp_path / "m", tmp_path / "runs" / "d"))
+    fields, dropped = tc.trl_fields(args, tmp_path, known=set(tc.trl_config(args, tmp_path)) | {"top_k"})
+    assert keys["prompts_per_step"] == "4" and fields["gradient_accumulation_steps"] * 8 == 4 * 4
+    assert keys["micro_batch_size"] == str(fields["per_device_train_batch_size"]) == "8"
+    assert keys["beta"] == str(fields["beta"]) and keys["loss_type"] == fields["loss_type"] == "dapo"
+    assert keys["sampling.max_completion_length"] == str(fields["max_completion_length"]) == "64"
+    assert keys["dist.precision"] == "bf16" and fields["bf16"] and fields["top_k"] == 5 and dropped == []
+    with pytest.raises(tc.UsageError, match="no field 'top_kk'"):
+        tc.trl_fields(tc.parse_args(["--trl-arg", "top_kk=5"]), tmp_path, known={"top_k"})
+
+
+def test_the_reward_trl_is_handed_is_the_sandbox_test_pass_reward():
+    pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
+    from distlab.recipes.lm.rewards.scorer import RewardScorer
+    from distlab.sandbox.config import SandboxConfig
+
+    tasks = tc.load_tasks(argparse.Namespace(train_size=4, families="add_const", seed=0))
+    scorer = RewardScorer(SandboxConfig(workers=1, timeout_s=5.0), "chat")
+    try:
+        reward = tc.tests_reward(tasks, scorer)
+        solved = [{"role": "assistant", "content": f"```python\n{tasks[1].solution}```"}]
+        assert reward(prompts=["p"] * 3, completions=[solved, solved, "no code here"], task_index=[1, 0, 1]) \
+            == [1.0, 0.0, 0.0]  # the right program for the wrong task fails its tests
+    finally:
+        scorer.close()
+
+
+def test_two_steps_on_the_tiny_model_give_a_row_for_each_framework(tmp_path):
+    pytest.importorskip("trl", reason="trl is not installed (CI does not install it)")
+    pytest.importorskip("datasets")
+    out = tmp_path / "cmp.json"
+    proc = _script(["--model", "tiny:llama-2l", "--device", "cpu", "--steps", "2", "--warmup-steps", "1",
+                    "--prompts", "2", "--num-generations", "2", "--micro-batch", "2", "--max-completion-length", "16",
+                    "--train-size", "8", "--sandbox-workers", "1", "--json", str(out)], tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert set(res["results"]) == {"distlab", "trl"} and res["trl"] and res["torch"] and res["device"]
+    for name, side in res["results"].items():
+        s = side["summary"]
+        assert s["measured_steps"] == [2] and s["step_s"] > 0 and s["generate_s"] > 0 and s["update_s"] > 0, name
+        assert s["gen_tokens_per_step"] > 0, name
+    assert [ln.split()[0] for ln in proc.stdout.splitlines() if ln.startswith(("distlab ", "trl "))] == \
+        ["distlab", "trl"]
