@@ -21,6 +21,7 @@ from distlab.config import BaseConfig, ModelSettings, wrap_of
 from distlab.recipe import ModelSpec, Recipe
 from distlab.runtime.dist import module_checksum
 from distlab.runtime.sampler import GlobalBatchSampler, check_divisible
+from distlab.training.loop import after_step
 from distlab.training.placement import compute_device, place, soft_update_
 from distlab.training.wrap import unwrap
 
@@ -147,8 +148,8 @@ def train(cfg: MultiToyConfig, session) -> dict:
                                "n": float(len(idx))})
         last = {"pi_loss": last["pi_loss"] / last["n"], "v_loss": last["v_loss"] / last["n"]}
         session.metrics.log(step, last)
-        stop, steps = session.end_step(step, steps)
-        if stop:
+        stopped, steps = after_step(session, step, steps)
+        if stopped:
             status = "preempted"
             break
     return {"status": status, "step": step, "train": last, "world_size": rt.world_size, "pid": os.getpid(),

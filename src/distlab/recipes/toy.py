@@ -22,6 +22,7 @@ from distlab.recipe import Recipe
 from distlab.run.profiling import phase
 from distlab.runtime.dist import module_checksum
 from distlab.runtime.sampler import GlobalBatchSampler, check_divisible, eval_shard
+from distlab.training.loop import after_step
 from distlab.training.lr_schedule import set_lr
 from distlab.training.optim_state import adamw
 from distlab.training.wrap import unwrap
@@ -190,11 +191,11 @@ def train(cfg: ToyConfig, session) -> dict:
         meter.add(len(idx) * rt.world_size, global_tokens, flops * cfg.global_batch_size)
         if step % cfg.log.every == 0 or step == steps:
             session.metrics.log(step, {**last, **meter.report(), "epoch": sampler.epoch})
-        if cfg.eval_every and step % cfg.eval_every == 0:
-            session.metrics.log(step, evaluate(model, session, cfg), split="eval")
         progress.update(step, loss=last["loss"])
-        stop, steps = session.end_step(step, steps)
-        if stop:
+        stopped, steps = after_step(session, step, steps, every=cfg.eval_every, last_too=True,
+                                    evaluate=lambda at: session.metrics.log(at, evaluate(model, session, cfg),
+                                                                            split="eval"))
+        if stopped:
             status = "preempted"
             break
     progress.close()

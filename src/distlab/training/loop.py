@@ -1,7 +1,7 @@
-"""The step loop every LM recipe runs: one step, its metrics, progress, evaluations, then stop or checkpoint.
+"""The step loop: one step, its metrics, progress, evaluations, then stop or checkpoint.
 
-A recipe's own algorithm is its ``one_step``; what happens between steps is the same for all of them,
-so it lives here once.
+``after_step`` is what follows a step in every recipe (the periodic evaluation, then ``Session.end_step``);
+``run_steps`` is the whole loop of the LM recipes, whose own algorithm is their ``one_step``.
 """
 
 from __future__ import annotations
@@ -69,13 +69,9 @@ def run_steps(session, cfg, step: int, one_step: Callable[[int], dict], evaluate
             if step % cfg.log.every == 0 or step == steps:
                 session.metrics.log(step, {**last, **meter.report()} if examples_per_step else last)
             progress.update(step, **{k: last[k] for k in shown})
-            if every and step % every == 0 and step < steps:
-                if not _evaluated(session, evaluate, step):
-                    status = "preempted"
-                    break
-                meter.report()  # the evaluation's time is not the training's rate
-            stop, steps = session.end_step(step, steps)
-            if stop:
+            stopped, steps = after_step(session, step, steps, lambda at: _evaluated(session, evaluate, at, meter),
+                                        every)
+            if stopped:
                 status = "preempted"
                 break
     if status == "completed" and step < cfg.steps:
@@ -84,14 +80,27 @@ def run_steps(session, cfg, step: int, one_step: Callable[[int], dict], evaluate
     return status, step, last
 
 
-def _evaluated(session, evaluate: Callable[[int, str], dict], step: int) -> bool:
+def after_step(session, step: int, steps: int, evaluate: Callable[[int], object] | None = None, every: int = 0,
+               last_too: bool = False) -> tuple[bool, int]:
+    """What follows a training step in every recipe: the evaluation every ``every`` steps (at the last step too only
+    with ``last_too``: recipes whose final evaluation is its own call leave it out), then ``Session.end_step``
+    (checkpoint, stop signal, ``run.time_limit_s``). Returns ``(stopped, steps)``: ``steps`` as ``end_step`` may
+    have lowered it; ``stopped`` also when ``evaluate`` returned False (a stop signal cut it short)."""
+    if evaluate is not None and every and step % every == 0 and (last_too or step < steps):
+        if evaluate(step) is False:
+            return True, steps
+    return session.end_step(step, steps)
+
+
+def _evaluated(session, evaluate: Callable[[int, str], dict], step: int, meter) -> bool:
     """A mid-run evaluation; False when a stop signal cut it short, after saving ``step`` (just trained)."""
     try:
         evaluate(step, "eval")
-        return True
     except StopRequested:
         _stopped_in(session, "eval", step)
         return False
+    meter.report()  # the evaluation's time is not the training's rate
+    return True
 
 
 def final_evaluation(session, status: str, step: int, evaluate: Callable[[int, str], dict]) -> tuple[str, dict | None]:

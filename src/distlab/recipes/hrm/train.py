@@ -32,6 +32,7 @@ from distlab.recipes.hrm.optim import SparseSignSGD, build_optimizers, find_puzz
 from distlab.run.profiling import phase
 from distlab.runtime.sampler import GlobalBatchSampler
 from distlab.training.checkpoint import Box
+from distlab.training.loop import after_step
 from distlab.training.lr_schedule import set_lr
 from distlab.training.wrap import replays_cuda_graphs, unwrap
 
@@ -180,11 +181,10 @@ def train(cfg: HRMConfig, session) -> dict:
         else:
             progress.update(step)
         elapsed = elapsed_before + time.perf_counter() - t_start
-        if cfg.eval_every and step % cfg.eval_every == 0 and step < steps:
-            _eval(cfg, session, model, ema, test_split, step, flops_done, elapsed, final=False)
         carry_box.value, session.counters["elapsed_s"] = (carries[0] if accum == 1 else list(carries)), elapsed
-        stop, steps = session.end_step(step, steps)
-        if stop:
+        stopped, steps = after_step(session, step, steps, every=cfg.eval_every, evaluate=lambda at: _eval(
+            cfg, session, model, ema, test_split, at, flops_done, elapsed, final=False))
+        if stopped:
             status = "preempted"
             break
     progress.close()
