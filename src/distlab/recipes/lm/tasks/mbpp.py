@@ -114,8 +114,9 @@ def mbpp_rows(split: str = "test", data_dir: str | os.PathLike[str] | None = Non
     """Rows of one split, in task_id order.
 
     ``split`` is ``train``/``validation``/``test``/``prompt`` of the full set, or the same with a ``sanitized-``
-    prefix for the authors' hand-verified subset restricted to that id range, or ``sanitized`` for all 427 of it. ``include_challenge`` adds the 11
-    tasks' ``challenge_test_list`` to the hidden tests; it is off by default so scores compare with published ones.
+    prefix for the authors' hand-verified subset restricted to that id range, or ``sanitized`` for all 427 of it.
+    ``include_challenge`` adds the 11 tasks' ``challenge_test_list`` to the hidden tests; it is off by default so
+    scores compare with published ones.
     """
     _split_range(split)
     path = resolve_dir(data_dir).resolve()
