@@ -18,29 +18,30 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from distlab.choices import Choice
 from distlab.errors import DistlabError, near_matches
 
 
-class Resume(str, Enum):
+class Resume(Choice):
     auto = "auto"    # resume if the run directory holds a checkpoint, else start fresh
     never = "never"  # refuse to reuse a run directory that already has checkpoints
     must = "must"    # fail if there is nothing to resume from
     fresh = "fresh"  # start again from step 0; existing checkpoints are moved aside, never deleted
 
 
-class Wrap(str, Enum):
+class Wrap(Choice):
     ddp = "ddp"
     fsdp = "fsdp"
     none = "none"
 
 
-class Precision(str, Enum):
+class Precision(Choice):
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"  # autocast to float16 with dynamic loss scaling (see distlab.amp)
 
 
-class CompileMode(str, Enum):
+class CompileMode(Choice):
     """``torch.compile`` modes by name: ``reduce_overhead`` replays CUDA graphs (fewer launches); the
     ``max_autotune`` ones benchmark GEMM and fusion choices at compile time (slower to start)."""
 
@@ -56,31 +57,31 @@ class CompileMode(str, Enum):
         return self in (CompileMode.reduce_overhead, CompileMode.max_autotune)
 
 
-class ActivationCheckpointing(str, Enum):
+class ActivationCheckpointing(Choice):
     none = "none"
     blocks = "blocks"  # recompute every declared block in backward
     selective = "selective"  # recompute every other declared block (0, 2, 4, ...): about half the saving, half the cost
 
 
-class CommHook(str, Enum):
+class CommHook(Choice):
     none = "none"
     fp16 = "fp16"
     bf16 = "bf16"
     powersgd = "powersgd"
 
 
-class StateDtype(str, Enum):
+class StateDtype(Choice):
     fp32 = "fp32"
     bf16 = "bf16"
     int8 = "int8"
 
 
-class BatchScale(str, Enum):
+class BatchScale(Choice):
     none = "none"
     linear = "linear"
 
 
-class LrScale(str, Enum):
+class LrScale(Choice):
     none = "none"
     sqrt = "sqrt"
     linear = "linear"
@@ -376,7 +377,7 @@ def apply_scaling(cfg: Any, world_size: int, batch_keys: tuple[str, ...], lr_key
     rules = [(cfg.scale.batch, batch_keys, {"linear": ratio}), (cfg.scale.lr, lr_keys,
              {"linear": ratio, "sqrt": math.sqrt(ratio)})]
     for rule, keys, factors in rules:
-        rule = rule.value if isinstance(rule, Enum) else rule
+        rule = str(rule)
         if rule == "none":
             continue
         for key in keys:

@@ -42,7 +42,7 @@ class ModelSettings:
 def wrap_of(settings: ModelSettings, dist_cfg: DistConfig) -> str:
     """How a model is wrapped: its own ``models.<name>.wrap`` when set, else the run's ``dist.wrap``."""
     wrap = settings.wrap if settings.wrap is not None else dist_cfg.wrap
-    return str(getattr(wrap, "value", wrap))
+    return str(wrap)
 
 
 def check_dtype(name: str, dtype: str) -> None:

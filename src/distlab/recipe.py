@@ -22,7 +22,6 @@ OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 8, "adamw": 8, "adam_bf16": 4, 
 
 def adam_state_key(state_dtype: Any, fp32_name: str = "adamw") -> str:
     """The ``OPTIMIZER_STATE_BYTES`` key of Adam's moments held at ``optim.state_dtype`` (fp32 keeps ``fp32_name``)."""
-    state_dtype = getattr(state_dtype, "value", state_dtype)
     return fp32_name if state_dtype == "fp32" else f"adam_{state_dtype}"
 
 

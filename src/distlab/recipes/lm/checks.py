@@ -104,8 +104,7 @@ def check_settings(cfg: Any) -> None:
 def check_precision(cfg: Any) -> None:
     """fp16 compute over bf16 weights (a model's sampling copy or frozen weights) mixes two 16-bit formats with
     different ranges in one forward: refused, as HRM refuses fp16 over a bf16 forward."""
-    precision = getattr(cfg.dist.precision, "value", cfg.dist.precision)
-    if precision != "fp16":
+    if cfg.dist.precision != "fp16":
         return
     for name, m in (getattr(cfg, "models", None) or {}).items():
         if m.dtype == "bf16":

@@ -78,11 +78,6 @@ def _home(cfg: Any, name: str) -> str:
     return settings.placement
 
 
-def _word(option: Any) -> str:
-    """A config enum's value, or the string itself (configs built in tests hold plain strings)."""
-    return str(getattr(option, "value", option))
-
-
 def _fsdp_on_gpu(s: dict[str, int], trainable: int, held: int) -> tuple[int, int]:
     """``(while sampling, in the update)``: what a trained model FSDP2 shards (and may offload) holds on the GPU
     beyond its shard. Sampling gathers the whole model (:func:`.models.gathered`) at the width it trains in, since
@@ -106,7 +101,7 @@ def _frees_its_cache(cfg: Any) -> bool:
     """Whether sampling's KV cache is gone before the update: ``sampling.backend=hf`` (a DynamicCache per
     ``generate`` call). Every measured GRPO and SCoRe peak used it (docs/benchmarks.md); the offloaded ones were
     set while sampling and did not rise in the update."""
-    return _word(cfg.sampling.backend) == "hf"
+    return cfg.sampling.backend == "hf"
 
 
 def training_prompts(cfg: Any) -> tuple[Any, list, list, list[str]]:
@@ -127,9 +122,9 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
     a model in ``samplers`` holds the rollouts' KV cache, and a trained one its update's activations too."""
     s = shape(cfg.model.source)
     specs = []
-    recompute = cfg.model.gradient_checkpointing or _word(cfg.dist.activation_checkpointing) != "none"
+    recompute = cfg.model.gradient_checkpointing or cfg.dist.activation_checkpointing != "none"
     # activations are stored in the autocast dtype (dist.precision), whatever the weights' dtype
-    act_width = 4 if _word(cfg.dist.precision) == "fp32" else 2
+    act_width = 4 if cfg.dist.precision == "fp32" else 2
     for name in names:
         settings = cfg.models[name]
         width = BYTES[settings.dtype]
@@ -157,7 +152,7 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
             update = act + cast + logits + root
             # torch.optim.AdamW (optim.state_dtype=fp32) steps with foreach kernels: one temporary as large as the
             # trained weights (torchao's bf16/int8 steps go tensor by tensor); an offloaded model steps on the host
-            step = trainable * 4 if _word(cfg.optim.state_dtype) == "fp32" and home != "offload" else 0
+            step = trainable * 4 if cfg.optim.state_dtype == "fp32" and home != "offload" else 0
         # transformers' generate frees its cache after each call, so there the larger phase counts; our sampler
         # keeps one StaticCache on the model for the whole run, beside the update
         phases = max(kv + gathered, update, step) if _frees_its_cache(cfg) else kv + max(gathered, update, step)

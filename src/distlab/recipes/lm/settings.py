@@ -120,7 +120,7 @@ class LMRecipeConfig(BaseConfig):
 
 def check_checkpointing(cfg: Any) -> None:
     """transformers' own recomputation and the core's would recompute every layer twice: one of them."""
-    mode = getattr(cfg.dist.activation_checkpointing, "value", cfg.dist.activation_checkpointing)
+    mode = cfg.dist.activation_checkpointing
     if cfg.model.gradient_checkpointing and mode != "none":
         raise DistlabError(f"model.gradient_checkpointing=true and dist.activation_checkpointing={mode} both "
                            f"recompute the decoder layers; keep one (dist.activation_checkpointing works for "
