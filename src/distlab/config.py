@@ -87,6 +87,58 @@ class LrScale(Choice):
     linear = "linear"
 
 
+class PlacementKind(Choice):
+    device = "device"  # the rank's compute device: its first GPU, or the CPU on a CPU run
+    cuda = "cuda"  # cuda:N, the N-th of the rank's own GPUs (dist.devices_per_rank)
+    cpu = "cpu"
+    offload = "offload"  # weights in (pinned) host memory, each layer's streamed to the compute device as it runs
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one model lives and computes: the text of ``models.<name>.placement`` as a value.
+
+    The text is read by this one rule (:meth:`parse`) and every reader (the checks before launch, the recipes'
+    checks, the doctor's per-device plan, the memory estimate, ``placement.place``) asks the value, so the spellings
+    the config accepts (``CUDA:1``, a bare ``cuda``) mean the same thing everywhere.
+    """
+
+    kind: PlacementKind = PlacementKind.device
+    index: int = 0  # N of cuda:N; 0 for the other kinds
+
+    @classmethod
+    def parse(cls, text: str | Placement, model: str = "<name>") -> Placement:
+        """The value of a placement text; a one-line error naming ``models.<model>.placement`` for anything else."""
+        if isinstance(text, Placement):
+            return text
+        s = str(text).strip().lower()
+        if s in ("device", "cpu", "offload"):
+            return cls(PlacementKind(s))
+        if s == "cuda" or s.startswith("cuda:") and s[5:].isdigit():
+            return cls(PlacementKind.cuda, int(s[5:] or 0))
+        raise DistlabError(f"models.{model}.placement={text!r} is not one of device, cpu, offload, cuda:N "
+                           f"(N counts the rank's own GPUs, 0..dist.devices_per_rank-1)")
+
+    def __str__(self) -> str:
+        return f"cuda:{self.index}" if self.kind == PlacementKind.cuda else str(self.kind)
+
+    @property
+    def offload(self) -> bool:
+        return self.kind == PlacementKind.offload
+
+    def node_devices(self, gpu: bool) -> tuple[str, str]:
+        """``(where the weights live, where the model computes)`` as ``cpu`` or ``cuda:N`` of rank 0's device group,
+        for a plan of a node's memory (``gpu``: whether the rank computes on a GPU)."""
+        first = "cuda:0" if gpu else "cpu"
+        if self.kind == PlacementKind.cpu:
+            return "cpu", "cpu"
+        if self.kind == PlacementKind.offload:
+            return "cpu", first
+        if self.kind == PlacementKind.cuda:
+            return str(self), str(self)
+        return first, first
+
+
 @dataclass
 class RunConfig:
     name: str | None = None  # default: <recipe>-<hash of the config>, so re-running resumes
@@ -509,6 +561,8 @@ def check_values(recipe: Any, cfg: Any) -> None:
     if cfg.ckpt.verify not in ("hash", "size"):
         raise DistlabError(f"ckpt.verify={cfg.ckpt.verify} is not one of hash, size; use ckpt.verify=hash")
     check_run_name(cfg.run.name)
+    for name, settings in (getattr(cfg, "models", None) or {}).items():
+        Placement.parse(settings.placement, name)  # the text's one rule, before any process reads it
     supports = getattr(recipe, "supports", None)
     if supports is not None and schema is not None:
         for key in OPTIONAL_CORE_KEYS:

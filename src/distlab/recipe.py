@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distlab.config import Placement
 from distlab.errors import DistlabError, near_matches
 
 # Bytes of optimizer state per *trainable* parameter. Adam keeps two fp32 moments; optim.state_dtype=bf16 or
@@ -36,7 +37,7 @@ class ModelSpec:
     batch_per_device: int = 1
     param_dtype_bytes: int = 4
     optimizer: str = "adam"
-    placement: str = "device"  # device | cuda:N | cpu | offload (see distlab.placement)
+    placement: str = "device"  # device | cuda:N | cpu | offload (see distlab.config.Placement)
     wrap: str = "ddp"  # ddp | fsdp | none: how trainable state is spread over ranks
 
     def __post_init__(self) -> None:
@@ -53,6 +54,11 @@ class ModelSpec:
             hint = near_matches(self.optimizer, OPTIMIZER_STATE_BYTES)
             raise DistlabError(f"model {self.name!r}: unknown optimizer {self.optimizer!r}; use one of "
                                f"{sorted(OPTIMIZER_STATE_BYTES)}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+        Placement.parse(self.placement, self.name)
+
+    @property
+    def where(self) -> Placement:
+        return Placement.parse(self.placement, self.name)
 
     @property
     def trainable(self) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from distlab.config import Placement, PlacementKind
 from distlab.placement import wrap_of
 from distlab.recipe import ModelSpec
 from distlab.recipes.lm.model_parts import decoder_layers
@@ -68,14 +69,14 @@ def _shape(source: str) -> dict[str, int]:
             "kv_width": getattr(config, "num_key_value_heads", heads) * (config.hidden_size // heads)}
 
 
-def _home(cfg: Any, name: str) -> str:
+def _home(cfg: Any, name: str) -> Placement:
     """Where a model's state lives: FSDP2's CPU offload keeps a trained model's weights, gradients and optimizer
     states on the host and computes on the GPU, which is what the doctor's ``offload`` placement counts."""
     settings = cfg.models[name]
     wrap = wrap_of(settings, cfg.dist)
     if settings.trainable and cfg.dist.cpu_offload and wrap == "fsdp":
-        return "offload"
-    return settings.placement
+        return Placement(PlacementKind.offload)
+    return settings.where
 
 
 def _fsdp_on_gpu(s: dict[str, int], trainable: int, held: int) -> tuple[int, int]:
@@ -152,7 +153,7 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
             update = act + cast + logits + root
             # torch.optim.AdamW (optim.state_dtype=fp32) steps with foreach kernels: one temporary as large as the
             # trained weights (torchao's bf16/int8 steps go tensor by tensor); an offloaded model steps on the host
-            step = trainable * 4 if cfg.optim.state_dtype == "fp32" and home != "offload" else 0
+            step = trainable * 4 if cfg.optim.state_dtype == "fp32" and not home.offload else 0
         # transformers' generate frees its cache after each call, so there the larger phase counts; our sampler
         # keeps one StaticCache on the model for the whole run, beside the update
         phases = max(kv + gathered, update, step) if _frees_its_cache(cfg) else kv + max(gathered, update, step)
@@ -160,9 +161,9 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
         specs.append(ModelSpec(name, s["params"], trainable_params=trainable,
                                activation_bytes_per_example=-(-phases // batch), batch_per_device=batch,
                                param_dtype_bytes=held, optimizer="adamw" if trainable else "none",
-                               placement=home, wrap=wrap))
+                               placement=str(home), wrap=wrap))
         if samples_from_a_copy(settings.trainable, width < 4, wrap == "fsdp"):
-            where = settings.placement if str(settings.placement).startswith("cuda") else "device"
+            where = str(settings.where) if settings.where.kind == PlacementKind.cuda else "device"
             # under LoRA the copy holds only the adapters; it shares the frozen base (models.SamplingCopy)
             copied = trainable if settings.trainable and cfg.model.lora_r > 0 else s["params"]
             specs.append(ModelSpec(f"{name} (sampling copy)", copied, trainable_params=0,

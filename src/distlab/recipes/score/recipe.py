@@ -19,6 +19,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+from distlab.config import Placement
 from distlab.errors import DistlabError
 from distlab.placement import wrap_of
 from distlab.recipe import ModelSpec, Recipe
@@ -77,7 +78,7 @@ def check_models(cfg: ScoreConfig) -> None:
     if cfg.models["guidance"].trainable and cfg.guidance != "trained":
         raise DistlabError(f"models.guidance.trainable=true but guidance={cfg.guidance}: the guidance key decides "
                            f"whether the guidance model trains; set guidance=trained")
-    if cfg.guidance != "none" and cfg.models["guidance"].placement.strip().lower() == "offload":
+    if cfg.guidance != "none" and cfg.models["guidance"].where.offload:
         if cfg.guidance == "trained":
             raise DistlabError("models.guidance.placement=offload streams weights per use and needs a frozen model; "
                                "guidance=trained trains it: use cpu, device or cuda:N")
@@ -86,10 +87,10 @@ def check_models(cfg: ScoreConfig) -> None:
                            "only scores)")
     used = used_models(cfg)
     for name in MODEL_NAMES:
-        spec = cfg.models[name].placement
-        if name not in used and spec.strip().lower() != "device":
+        where = cfg.models[name].where
+        if name not in used and where != Placement():
             log.warning("models.%s.placement=%s is unused: these options (guidance=%s, advantage=%s, beta1=%s, "
-                        "beta2=%s) load no %s model", name, spec, cfg.guidance.value, cfg.advantage.value, cfg.beta1,
+                        "beta2=%s) load no %s model", name, where, cfg.guidance.value, cfg.advantage.value, cfg.beta1,
                         beta2_of(cfg), name)
 
 
