@@ -18,6 +18,11 @@ class PromptMode(Choice):
     text = "text"  # plain completion prompts (base and tiny models)
 
 
+class Harness(Choice):
+    distlab = "distlab"  # training's own prompts, stops, code extraction and judging (every earlier figure)
+    evalplus = "evalplus"  # EvalPlus's prompt format, stops, extraction, float tolerance, time limit per problem
+
+
 class SamplingBackend(Choice):
     static = "static"  # our KV-cache sampler
     hf = "hf"  # transformers' generate
@@ -70,6 +75,9 @@ class EvalConfig:
     ks: str = "1"  # comma-separated k for pass@k (each <= samples)
     before: bool = True  # score the starting model too, on the same tasks (a paired comparison)
     completions: int = 4  # completions kept per problem in the evaluation files (greedy first, then samples); 0 = none
+    # GRPO's evaluations (lm/harnesses): evalplus is zero-shot and code-only, to set base figures beside published
+    # ones; training always asks and judges as distlab does
+    harness: Harness = Harness.distlab  # how problems are asked and judged: distlab | evalplus (docs/evaluation.md)
 
 
 # run.smoke=true for both LM recipes (Recipe.smoke): two steps, a small task set and an evaluation of a few
