@@ -47,6 +47,9 @@ def check(cfg: ScoreConfig, world_size: int) -> None:
     if cfg.guidance_prompt_mode not in ("", "chat", "text"):
         raise DistlabError(f"guidance_prompt_mode={cfg.guidance_prompt_mode!r} is not one of '', 'chat', 'text' "
                            f"('' = model.prompt_mode)")
+    if cfg.evaluation.harness != "distlab":
+        raise DistlabError(f"evaluation.harness={cfg.evaluation.harness} is GRPO's: SCoRe's two-turn evaluation asks "
+                           f"and judges as training does; drop the key (or evaluate a GRPO run with it)")
     parse_schedule(cfg.stage_schedule)
     check_groups(cfg, world_size)
     check_kl(cfg.kl, {"beta1": cfg.beta1, "beta2": beta2_of(cfg)})
