@@ -31,6 +31,7 @@ from distlab.recipes.lm.attention import GROUPED_SDPA, attention_names  # noqa: 
 from distlab.recipes.lm.chat import render_prompt  # noqa: E402
 from distlab.recipes.lm.generate import BACKENDS, generate  # noqa: E402
 from distlab.recipes.lm.model_source import DEFAULT_SOURCE, load_causal_lm  # noqa: E402
+from distlab.recipes.lm.settings import SamplingConfig  # noqa: E402
 
 TASKS = [
     "Write a Python function `is_prime(n)` that returns True when n is prime.",
@@ -133,9 +134,9 @@ def run_backend(model, tok, prompts: list[str], backend: str, args, device: torc
     model.config._attn_implementation = attention or ("sdpa" if backend.startswith("hf") else GROUPED_SDPA)
     share, compact = backend != "static-noshare", backend == "static-compact"
     backend = "static" if backend in ("static-noshare", "static-compact") else backend
-    kw = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, top_p=args.top_p, n=args.samples,
-              backend=backend, compile=compile_flag, **({} if share else {"share_prefix": False}),
-              **({"compact_rows": True} if compact else {}))
+    sampling = SamplingConfig(max_completion_length=args.new_tokens, temperature=args.temperature, top_p=args.top_p,
+                              backend=backend, compact_rows=compact)
+    kw = dict(sampling=sampling, n=args.samples, compile=compile_flag, **({} if share else {"share_prefix": False}))
     t0 = time.perf_counter()
     generate(model, tok, prompts, seed=args.seed, **kw)
     _sync(device)

@@ -58,7 +58,7 @@ REPLIES = {
 def test_each_harness_asks_stops_and_judges_its_own_way(monkeypatch, harness, solved):
     calls = []
 
-    def fake_generate(model, tok, prompts, *, n, stop_strings, **kw):
+    def fake_generate(model, tok, prompts, sampling, *, n, stop_strings, **kw):
         calls.append((list(prompts), tuple(stop_strings)))
         entries = [next(t.entry_point for t in TASKS if f"Write {t.entry_point}." in p) for p in prompts]
         return [SimpleNamespace(prompt_index=i, text=REPLIES[e]) for i, e in enumerate(entries) for _ in range(n)]

@@ -17,6 +17,7 @@ from distlab.recipes.lm.model_source import load_causal_lm  # noqa: E402
 from distlab.recipes.lm.models import SamplingCopy  # noqa: E402
 from distlab.recipes.lm.prompting import prompt_text  # noqa: E402
 from distlab.recipes.lm.rewards import RewardScorer  # noqa: E402
+from distlab.recipes.lm.settings import SamplingConfig  # noqa: E402
 from distlab.recipes.lm.task_sets import task_split  # noqa: E402
 
 
@@ -24,8 +25,8 @@ from distlab.recipes.lm.task_sets import task_split  # noqa: E402
 def test_generate_reports_each_decode_step(backend):
     model, tok = load_causal_lm("tiny:llama-2l", seed=0)
     steps: list[int] = []
-    out = generate(model, tok, ["def f(x):", "x = 1"], max_new_tokens=7, temperature=0.0, backend=backend,
-                   on_step=steps.append)
+    out = generate(model, tok, ["def f(x):", "x = 1"],
+                   SamplingConfig(max_completion_length=7, temperature=0.0, backend=backend), on_step=steps.append)
     longest = max(len(c.token_ids) for c in out)
     assert steps[:longest] == list(range(1, longest + 1)) and steps[-1] <= 7
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -64,10 +65,8 @@ def _scores(model, tok, tasks: list[Task], plan: HarnessPlan, sampling: Sampling
             for f in futures:
                 f.cancel()
             return None
-        comps = generate(model, tok, prompts[start:start + chunk], max_new_tokens=sampling.max_completion_length,
-                         temperature=temperature, top_p=sampling.top_p if temperature > 0 else 1.0,
-                         stop_strings=plan.stops, seed=seed + start, n=n, backend=sampling.backend,
-                         compact_rows=sampling.compact_rows)
+        comps = generate(model, tok, prompts[start:start + chunk], replace(sampling, temperature=temperature),
+                         stop_strings=plan.stops, seed=seed + start, n=n)
         futures += [plan.submit(tasks[start + c.prompt_index], c.text) for c in comps]
         texts += [c.text for c in comps]
         if progress is not None:
