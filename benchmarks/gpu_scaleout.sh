@@ -106,6 +106,11 @@ case $STAGE in
     bg point hrm-graphsweak-2 src 2 2,3 sudoku-extreme-1k $RO global_batch_size=1536
     wait "${PIDS[@]}"; PIDS=()
     point trm-graphs-4 src 4 0,1,2,3 trm-sudoku $RO ;;
+  graphs-c)  # what graphs-a's time limit cut (TRM at 4 GPUs), HRM at 4 GPUs profiled, weak scaling at 4 (2026-11-28)
+    RO="dist.compile_split_ddp=false dist.compile_mode=reduce_overhead"
+    point trm-graphs-4 src 4 0,1,2,3 trm-sudoku $RO
+    point hrm-graphs-4 src 4 0,1,2,3 sudoku-extreme-1k $RO $PROF
+    point hrm-graphsweak-4 src 4 0,1,2,3 sudoku-extreme-1k $RO global_batch_size=3072 ;;
   graphs-b)  # a second same-call pair at 4 GPUs (profiled), HRM weak scaling at 4 GPUs (768 per GPU)
     RO="dist.compile_split_ddp=false dist.compile_mode=reduce_overhead"
     point hrm-graphs-4 src 4 0,1,2,3 sudoku-extreme-1k $RO $PROF
@@ -161,7 +166,8 @@ data.eval_limit=64 run.dir=/tmp/nodes"
   four-more)
     point trm-new-4 src 4 0,1,2,3 trm-sudoku
     point hrm-weak-4 src 4 0,1,2,3 sudoku-extreme-1k global_batch_size=3072 ;;
-  *) echo "unknown stage $STAGE: one, two, four, four-more, variants, graphs, graphs-more, graphs-a, graphs-b, grpo,"\
+  *) echo "unknown stage $STAGE: one, two, four, four-more, variants, graphs, graphs-more, graphs-a, graphs-b, graphs-c,"\
+       "grpo,"\
        "grpo-more or faults"; exit 2 ;;
 esac
 python3 benchmarks/scaleout_table.py /tmp/scaleout
