@@ -172,7 +172,7 @@ def candidates(recipe: Any, cfg: Any, target: Target) -> list[str]:
         out.append("optim.state_dtype=int8")
     if has("dist.activation_checkpointing") and cfg.dist.activation_checkpointing == "none":
         out.append("dist.activation_checkpointing=blocks")
-    if target.on_gpu and has("dist.cpu_offload") and not cfg.dist.cpu_offload and word(cfg.dist.wrap) == "fsdp":
+    if target.on_gpu and has("dist.cpu_offload") and not cfg.dist.cpu_offload and cfg.dist.wrap == "fsdp":
         out.append("dist.cpu_offload=true")
     for key in recipe.batch_keys:
         value = getattr(cfg, key, None)
