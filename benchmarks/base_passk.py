@@ -9,6 +9,11 @@ sampler, stop strings and sandbox: the numbers equal the ``before`` evaluation o
         --json docs/results/qwen_base_mbpp_cpu.json
     python3 benchmarks/base_passk.py tiny:llama-2l --task synthetic --n 8        # a smoke test
 
+``--harness evalplus`` asks and judges as EvalPlus does (docs/evaluation.md), for a figure beside a published one:
+
+    python3 benchmarks/base_passk.py /work/assets/qwen2.5-coder-0.5b-instruct.gguf --task mbpp --split sanitized \
+        --harness evalplus --max-new-tokens 768 --dtype bfloat16 --json qwen_base_mbpp_evalplus.json
+
 Progress (problems done, rate, ETA) is printed as chunks finish; ``--chunk`` sets prompts per generate call.
 """
 
@@ -32,6 +37,7 @@ from distlab.atomic import atomic_write_json  # noqa: E402
 from distlab.errors import DistlabError  # noqa: E402
 from distlab.recipes.lm.config import EvalConfig, SamplingConfig, TaskConfig  # noqa: E402
 from distlab.recipes.lm.eval.evaluation import evaluate_pass_at_k  # noqa: E402
+from distlab.recipes.lm.harnesses import HARNESSES  # noqa: E402
 from distlab.recipes.lm.models.source import load_causal_lm  # noqa: E402
 from distlab.recipes.lm.rewards.scorer import RewardScorer  # noqa: E402
 from distlab.recipes.lm.tasks.select import eval_tasks  # noqa: E402
@@ -65,7 +71,8 @@ def run(args: argparse.Namespace) -> dict:
     scorer = RewardScorer(SandboxConfig(workers=args.workers, timeout_s=args.timeout_s), args.prompt_mode)
     started = time.perf_counter()
     try:
-        out = evaluate_pass_at_k(model, tok, tasks, [], sampling, EvalConfig(), scorer, Runtime(device=device),
+        out = evaluate_pass_at_k(model, tok, tasks, [], sampling, EvalConfig(harness=args.harness), scorer,
+                                 Runtime(device=device),
                                  seed=args.seed, step_rows=args.chunk,
                                  progress=lambda label, total: phase_progress(label, total, "problem", quiet_s=0))
     finally:
@@ -73,7 +80,8 @@ def run(args: argparse.Namespace) -> dict:
     m = out["metrics"]
     return {"model": args.model, "task": f"{args.task}/{args.split}", "n_problems": m["n_problems"],
             "pass@1": m["pass@1"], "pass@1_low": m["pass@1_low"], "pass@1_high": m["pass@1_high"],
-            "prompt_mode": args.prompt_mode, "max_new_tokens": args.max_new_tokens, "dtype": args.dtype,
+            "prompt_mode": args.prompt_mode, "harness": args.harness, "max_new_tokens": args.max_new_tokens,
+            "dtype": args.dtype,
             "device": args.device if device.type != "cuda" else torch.cuda.get_device_name(device),
             "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
             "load_s": round(load_s, 1), "eval_s": round(time.perf_counter() - started, 1),
@@ -90,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", default="", help="synthetic/math families, comma-separated")
     p.add_argument("--mbpp-dir", default="../shared/data/mbpp")
     p.add_argument("--prompt-mode", default="chat", choices=("chat", "text"))
+    p.add_argument("--harness", default="distlab", choices=HARNESSES, help="how problems are asked and judged "
+                   "(docs/evaluation.md); evalplus: EvalPlus's prompts, extraction, tolerance and time limits")
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--chunk", type=int, default=32, help="prompts per generate call")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -104,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     except DistlabError as exc:
         print(f"base_passk: error: {exc}", file=sys.stderr)
         return 2
-    print(f"{res['model']} on {res['task']} ({res['n_problems']} problems, greedy, {res['prompt_mode']}): pass@1 "
+    print(f"{res['model']} on {res['task']} ({res['n_problems']} problems, greedy, {res['prompt_mode']}, "
+          f"{res['harness']} harness): pass@1 "
           f"{100 * res['pass@1']:.1f}% [{100 * res['pass@1_low']:.1f}, {100 * res['pass@1_high']:.1f}] in "
           f"{res['eval_s'] / 60:.1f} min on {res['device']}")
     if args.json:

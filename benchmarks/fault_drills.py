@@ -7,7 +7,7 @@ of the run is left, and that the same command resumes (on the same and on half t
     python3 benchmarks/fault_drills.py --launch "--gpus 4" --half "--gpus 2"      # on the device (NCCL)
     python3 benchmarks/fault_drills.py --launch "--procs 2" --half "--procs 1" --recipe toy   # the CPU (gloo)
 
-Drills: kill -9 of the last rank, SIGSTOP of rank 0, SIGSTOP of the last rank. A stalled NCCL collective is what a
+Drills (``--drills``, all by default): kill -9 of the last rank, SIGSTOP of rank 0, SIGSTOP of the last rank. A stalled NCCL collective is what a
 stopped rank causes its peers: the SIGSTOP drills are the NCCL-timeout drills too (dist.timeout_s is short here).
 """
 
@@ -28,13 +28,20 @@ RECIPE_ARGS = {
             "arch.hidden_size=128", "arch.num_heads=4", "arch.H_layers=2", "arch.L_layers=2",
             "arch.halt_max_steps=4", "arch.puzzle_emb_ndim=128", "lr_warmup_steps=5", "data.eval_limit=64"],
     "toy": ["step_delay_s=0.2"],
+    # a random-weight Qwen2.5-0.5B shape (no download): sampling, sandbox scoring and the update all run, so a fault
+    # can land in any of them; the overlong penalty varies with length, so updates move the weights and a resume
+    # that replayed different data would show in the checksum
+    "grpo": ["model.source=random:qwen2.5-0.5b", "prompts_per_step=8", "num_generations=4",
+             "sampling.max_completion_length=32", "evaluation.before=false", "reward_funcs=[tests,overlong]",
+             "overlong_buffer=16"],
 }
+DRILLS = {"kill9": (-1, signal.SIGKILL), "stop0": (0, signal.SIGSTOP), "stoplast": (-1, signal.SIGSTOP)}
 
 
 def start(args: argparse.Namespace, name: str, launch: str, steps: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "distlab.cli", "train", args.recipe, *RECIPE_ARGS[args.recipe], f"steps={steps}",
            "ckpt.every=10", "log.every=5", f"dist.timeout_s={args.timeout_s}", f"run.dir={args.root}",
-           f"run.name={name}", *shlex.split(launch)]
+           f"run.name={name}", *args.set, *shlex.split(launch)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -95,14 +102,19 @@ def drill(args: argparse.Namespace, name: str, victim: int, sig: signal.Signals)
     for label, run, launch in (("same", name, args.launch), ("half", f"{name}-half", args.half)):
         done = start(args, run, launch, args.steps)
         done.communicate(timeout=900)
-        summary = Path(args.root) / run / "summary.json"
-        if done.returncode == 0 and summary.exists():
-            s = json.loads(summary.read_text())
-            row[f"resume_{label}"] = (f"step {s['step']}, world {s['world_size']}, loss {s['train'].get('loss')}, "
-                                      f"params {s['param_checksum'][:10]}")
-        else:
-            row[f"resume_{label}"] = f"exit {done.returncode}"
+        row[f"resume_{label}"] = outcome(done, Path(args.root) / run)
     return row
+
+
+def outcome(proc: subprocess.Popen, run_dir: Path) -> str:
+    """A finished run's step, world, loss (GRPO: mean reward) and parameter checksum, or its exit code."""
+    summary = run_dir / "summary.json"
+    if proc.returncode != 0 or not summary.exists():
+        return f"exit {proc.returncode}"
+    s = json.loads(summary.read_text())
+    train = s["train"]
+    loss = f"loss {train['loss']}" if "loss" in train else f"reward {train.get('reward_mean')}"
+    return f"step {s['step']}, world {s['world_size']}, {loss}, params {s['param_checksum'][:10]}"
 
 
 def main() -> None:
@@ -113,10 +125,21 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--timeout-s", type=float, default=60.0, help="dist.timeout_s of the drilled jobs")
     p.add_argument("--root", default="/tmp/drills")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides after the recipe's drill settings")
+    p.add_argument("--uninterrupted", action="store_true", help="first run the job once without a fault")
+    p.add_argument("--drills", default=",".join(DRILLS), help=f"comma-separated, from {', '.join(DRILLS)}")
     args = p.parse_args()
+    unknown = sorted(set(args.drills.split(",")) - set(DRILLS))
+    if unknown:
+        p.error(f"unknown drill(s) {', '.join(unknown)}: choose from {', '.join(DRILLS)}")
     args.ranks = int(shlex.split(args.launch)[-1])
-    for name, victim, sig in (("kill9", -1, signal.SIGKILL), ("stop0", 0, signal.SIGSTOP),
-                              ("stoplast", -1, signal.SIGSTOP)):
+    if args.uninterrupted:  # what a resume should reproduce: the same command never interrupted
+        name = f"whole-{os.getpid()}"
+        proc = start(args, name, args.launch, args.steps)
+        proc.communicate(timeout=900)
+        print(json.dumps({"drill": "none (uninterrupted)", "result": outcome(proc, Path(args.root) / name)}), flush=True)
+    for name in args.drills.split(","):
+        victim, sig = DRILLS[name]
         print(json.dumps(drill(args, f"{name}-{os.getpid()}", victim, sig)), flush=True)  # each row as it ends
 
 

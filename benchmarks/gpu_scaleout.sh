@@ -9,7 +9,10 @@
 #   bash benchmarks/gpu_scaleout.sh four-more: TRM and weak scaling (768 per GPU) on 4 GPUs
 #   bash benchmarks/gpu_scaleout.sh graphs: 1, 2, 4 GPUs under CUDA graphs, the reference beside
 #   bash benchmarks/gpu_scaleout.sh graphs-more: TRM and weak scaling under CUDA graphs, the default mode at 4 GPUs
-#   bash benchmarks/gpu_scaleout.sh grpo | faults: GRPO strong/weak scaling; fault drills and two launchers (not run yet)
+#   bash benchmarks/gpu_scaleout.sh grpo | faults: GRPO strong/weak scaling; fault drills and two launchers
+#   bash benchmarks/gpu_scaleout.sh graphs-a | graphs-b: TRM 1/2/4 GPUs, HRM profiled at 1/2/4 GPUs, weak scaling at
+#     2/4 GPUs, a second same-call pair with the reference at 4 GPUs (2026-11-28)
+#   bash benchmarks/gpu_scaleout.sh grpo-more: GRPO strong scaling, a GRPO kill -9 drill, a suite laid out two ways
 # .whl must hold a distlab wheel (`pip wheel --no-deps -w .whl .`): its entry points name the recipes; the code
 # itself comes from src/ or .base/src, first on PYTHONPATH.
 # Every job's JSON and log come back in $OUT/<stage>.tgz, the table at the end: benchmarks/scaleout_table.py.
@@ -94,6 +97,48 @@ case $STAGE in
     point hrm-graphsweak-4 src 4 0,1,2,3 sudoku-extreme-1k $RO global_batch_size=3072
     ref hrm-refweak-4 4 0,1,2,3 3072
     point hrm-new-4 src 4 0,1,2,3 sudoku-extreme-1k $PROF ;;
+  graphs-a)  # TRM strong scaling under CUDA graphs; HRM's 1- and 2-GPU steps profiled; weak scaling at 2 GPUs
+    RO="dist.compile_split_ddp=false dist.compile_mode=reduce_overhead"
+    bg point trm-graphs-1 src 1 0 trm-sudoku $RO; bg point hrm-graphs-1 src 1 1 sudoku-extreme-1k $RO $PROF
+    bg point trm-graphs-2 src 2 2,3 trm-sudoku $RO
+    wait "${PIDS[@]}"; PIDS=()
+    bg point hrm-graphs-2 src 2 0,1 sudoku-extreme-1k $RO $PROF
+    bg point hrm-graphsweak-2 src 2 2,3 sudoku-extreme-1k $RO global_batch_size=1536
+    wait "${PIDS[@]}"; PIDS=()
+    point trm-graphs-4 src 4 0,1,2,3 trm-sudoku $RO ;;
+  graphs-c)  # what graphs-a's time limit cut (TRM at 4 GPUs), HRM at 4 GPUs profiled, weak scaling at 4 (2026-11-28)
+    RO="dist.compile_split_ddp=false dist.compile_mode=reduce_overhead"
+    point trm-graphs-4 src 4 0,1,2,3 trm-sudoku $RO
+    point hrm-graphs-4 src 4 0,1,2,3 sudoku-extreme-1k $RO $PROF
+    point hrm-graphsweak-4 src 4 0,1,2,3 sudoku-extreme-1k $RO global_batch_size=3072 ;;
+  graphs-b)  # a second same-call pair at 4 GPUs (profiled), HRM weak scaling at 4 GPUs (768 per GPU)
+    RO="dist.compile_split_ddp=false dist.compile_mode=reduce_overhead"
+    point hrm-graphs-4 src 4 0,1,2,3 sudoku-extreme-1k $RO $PROF
+    ref hrm-ref-4 4 0,1,2,3 768
+    point hrm-graphsweak-4 src 4 0,1,2,3 sudoku-extreme-1k $RO global_batch_size=3072 ;;
+  grpo-more)  # GRPO strong scaling (16 prompts x 8 in all), a GRPO fault drill, a seed-000 suite laid out two ways
+    G="model.source=random:qwen2.5-0.5b prompts_per_step=16 num_generations=8 sampling.max_completion_length=128 \
+steps=12 log.every=1 evaluation.before=false ckpt.every=0"
+    grpo_point() {  # NAME GPUS VISIBLE: one `bench scaling grpo` point
+      CUDA_VISIBLE_DEVICES=$3 timeout 240 python3 -m distlab.cli bench scaling grpo --gpus $2 --out /tmp/b-$1 $G \
+        > $RES/$1.log 2>&1
+      echo "[$1] exit $? $(date -u +%T)"; find /tmp/b-$1 -maxdepth 1 -name "*.json" -exec cp {} $RES/$1.json \;
+    }
+    bg grpo_point grpo-strong-1 1 0; bg grpo_point grpo-strong-2 2 1,2
+    wait "${PIDS[@]}"; PIDS=()
+    grpo_point grpo-strong-4 4 0,1,2,3
+    grep -h "examples/s" $RES/grpo-*.log
+    timeout 200 python3 benchmarks/fault_drills.py --recipe grpo --launch "--gpus 4" --half "--gpus 2" --drills kill9 \
+      --uninterrupted --timeout-s 30 --steps 30 --root /tmp/gdrills | tee $RES/grpo-drills.json
+    # equal work in both layouts (scale.batch=none: global batch 256 whether a run has 1 GPU or 4)
+    S="steps=300 run.time_limit_s=0 data.path=$DATA data.test_size=200 data.num_aug=50 scale.batch=none scale.lr=none"
+    for mode in "4 --parallel 4" "4 --parallel 1"; do
+      t0=$(date +%s)
+      timeout 200 python3 -m distlab.cli suite run hierarchical --scale h200 --seeds 1 --only H1xL1,H2xL2,H2xL4,H4xL2 \
+        --no-report --gpus $mode --root "/tmp/suite-${mode// /}" --logs "/tmp/suitelogs-${mode// /}" $S \
+        > "$RES/suite-${mode// /}.log" 2>&1
+      echo "{\"suite_mode\": \"--gpus $mode\", \"exit\": $?, \"wall_s\": $(( $(date +%s) - t0 ))}" | tee -a $RES/suites.json
+    done ;;
   grpo)  # issue 44 item 2: strong (16 prompts x 8) and weak (16 prompts a GPU) scaling, random-weight Qwen-0.5B shape
     G="model.source=random:qwen2.5-0.5b prompts_per_step=16 num_generations=8 sampling.max_completion_length=128 \
 steps=12 log.every=1 evaluation.before=false ckpt.every=0"
@@ -121,7 +166,9 @@ data.eval_limit=64 run.dir=/tmp/nodes"
   four-more)
     point trm-new-4 src 4 0,1,2,3 trm-sudoku
     point hrm-weak-4 src 4 0,1,2,3 sudoku-extreme-1k global_batch_size=3072 ;;
-  *) echo "unknown stage $STAGE: one, two, four, four-more, variants, graphs, graphs-more, grpo or faults"; exit 2 ;;
+  *) echo "unknown stage $STAGE: one, two, four, four-more, variants, graphs, graphs-more, graphs-a, graphs-b, graphs-c,"\
+       "grpo,"\
+       "grpo-more or faults"; exit 2 ;;
 esac
 python3 benchmarks/scaleout_table.py /tmp/scaleout
 date -u

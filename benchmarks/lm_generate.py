@@ -27,6 +27,7 @@ if str(SRC) not in sys.path:
 
 import torch  # noqa: E402
 
+from distlab.recipes.lm.config import SamplingConfig  # noqa: E402
 from distlab.recipes.lm.models.attention import GROUPED_SDPA, attention_names  # noqa: E402
 from distlab.recipes.lm.models.source import DEFAULT_SOURCE, load_causal_lm  # noqa: E402
 from distlab.recipes.lm.rollout.generate import BACKENDS, generate  # noqa: E402
@@ -133,9 +134,9 @@ def run_backend(model, tok, prompts: list[str], backend: str, args, device: torc
     model.config._attn_implementation = attention or ("sdpa" if backend.startswith("hf") else GROUPED_SDPA)
     share, compact = backend != "static-noshare", backend == "static-compact"
     backend = "static" if backend in ("static-noshare", "static-compact") else backend
-    kw = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, top_p=args.top_p, n=args.samples,
-              backend=backend, compile=compile_flag, **({} if share else {"share_prefix": False}),
-              **({"compact_rows": True} if compact else {}))
+    sampling = SamplingConfig(max_completion_length=args.new_tokens, temperature=args.temperature, top_p=args.top_p,
+                              backend=backend, compact_rows=compact)
+    kw = dict(sampling=sampling, n=args.samples, compile=compile_flag, **({} if share else {"share_prefix": False}))
     t0 = time.perf_counter()
     generate(model, tok, prompts, seed=args.seed, **kw)
     _sync(device)

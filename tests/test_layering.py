@@ -36,7 +36,7 @@ CORE_FLOORS: list[tuple[str, ...]] = [
 LM_FLOORS: list[tuple[str, ...]] = [
     ("__init__", "config"),
     ("models", "tasks"),
-    ("pg", "rollout", "rewards", "checks", "memory"),
+    ("pg", "rollout", "rewards", "harnesses", "checks", "memory"),
     ("eval",),
 ]
 
@@ -176,7 +176,7 @@ def test_the_lm_layer_imports_only_downwards(graph):
     ("distlab.recipes.grpo", ("distlab.recipes.score",)),
     ("distlab.recipes.score", ("distlab.recipes.grpo",)),
     ("distlab.sandbox", ("distlab.recipes", "distlab.config", "distlab.training", "distlab.runtime", "distlab.run",
-                         "distlab.launch", "distlab.memory", "distlab.atomic", "distlab.choices")),
+                         "distlab.launch.launcher", "distlab.memory", "distlab.atomic", "distlab.choices")),
 ])
 def test_recipes_never_reach_sideways_or_up(graph, under, forbidden):
     assert any(m.startswith(under) for m in graph), under

@@ -18,29 +18,30 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from distlab.choices import Choice
 from distlab.errors import DistlabError, near_matches
 
 
-class Resume(str, Enum):
+class Resume(Choice):
     auto = "auto"    # resume if the run directory holds a checkpoint, else start fresh
     never = "never"  # refuse to reuse a run directory that already has checkpoints
     must = "must"    # fail if there is nothing to resume from
     fresh = "fresh"  # start again from step 0; existing checkpoints are moved aside, never deleted
 
 
-class Wrap(str, Enum):
+class Wrap(Choice):
     ddp = "ddp"
     fsdp = "fsdp"
     none = "none"
 
 
-class Precision(str, Enum):
+class Precision(Choice):
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"  # autocast to float16 with dynamic loss scaling (see distlab.training.amp)
 
 
-class CompileMode(str, Enum):
+class CompileMode(Choice):
     """``torch.compile`` modes by name: ``reduce_overhead`` replays CUDA graphs (fewer launches); the
     ``max_autotune`` ones benchmark GEMM and fusion choices at compile time (slower to start)."""
 
@@ -56,31 +57,31 @@ class CompileMode(str, Enum):
         return self in (CompileMode.reduce_overhead, CompileMode.max_autotune)
 
 
-class ActivationCheckpointing(str, Enum):
+class ActivationCheckpointing(Choice):
     none = "none"
     blocks = "blocks"  # recompute every declared block in backward
     selective = "selective"  # recompute every other declared block (0, 2, 4, ...): about half the saving, half the cost
 
 
-class CommHook(str, Enum):
+class CommHook(Choice):
     none = "none"
     fp16 = "fp16"
     bf16 = "bf16"
     powersgd = "powersgd"
 
 
-class StateDtype(str, Enum):
+class StateDtype(Choice):
     fp32 = "fp32"
     bf16 = "bf16"
     int8 = "int8"
 
 
-class BatchScale(str, Enum):
+class BatchScale(Choice):
     none = "none"
     linear = "linear"
 
 
-class LrScale(str, Enum):
+class LrScale(Choice):
     none = "none"
     sqrt = "sqrt"
     linear = "linear"
@@ -88,6 +89,58 @@ class LrScale(str, Enum):
 
 BF16_NEEDS_NCCL = ("dist.comm_hook=bf16 needs NCCL on CUDA (DDP refuses the bf16 hook on gloo/CPU); use "
                    "dist.comm_hook=fp16 or powersgd here")
+
+
+class PlacementKind(Choice):
+    device = "device"  # the rank's compute device: its first GPU, or the CPU on a CPU run
+    cuda = "cuda"  # cuda:N, the N-th of the rank's own GPUs (dist.devices_per_rank)
+    cpu = "cpu"
+    offload = "offload"  # weights in (pinned) host memory, each layer's streamed to the compute device as it runs
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one model lives and computes: the text of ``models.<name>.placement`` as a value.
+
+    The text is read by this one rule (:meth:`parse`) and every reader (the checks before launch, the recipes'
+    checks, the doctor's per-device plan, the memory estimate, ``placement.place``) asks the value, so the spellings
+    the config accepts (``CUDA:1``, a bare ``cuda``) mean the same thing everywhere.
+    """
+
+    kind: PlacementKind = PlacementKind.device
+    index: int = 0  # N of cuda:N; 0 for the other kinds
+
+    @classmethod
+    def parse(cls, text: str | Placement, model: str = "<name>") -> Placement:
+        """The value of a placement text; a one-line error naming ``models.<model>.placement`` for anything else."""
+        if isinstance(text, Placement):
+            return text
+        s = str(text).strip().lower()
+        if s in ("device", "cpu", "offload"):
+            return cls(PlacementKind(s))
+        if s == "cuda" or s.startswith("cuda:") and s[5:].isdigit():
+            return cls(PlacementKind.cuda, int(s[5:] or 0))
+        raise DistlabError(f"models.{model}.placement={text!r} is not one of device, cpu, offload, cuda:N "
+                           f"(N counts the rank's own GPUs, 0..dist.devices_per_rank-1)")
+
+    def __str__(self) -> str:
+        return f"cuda:{self.index}" if self.kind == PlacementKind.cuda else str(self.kind)
+
+    @property
+    def offload(self) -> bool:
+        return self.kind == PlacementKind.offload
+
+    def node_devices(self, gpu: bool) -> tuple[str, str]:
+        """``(where the weights live, where the model computes)`` as ``cpu`` or ``cuda:N`` of rank 0's device group,
+        for a plan of a node's memory (``gpu``: whether the rank computes on a GPU)."""
+        first = "cuda:0" if gpu else "cpu"
+        if self.kind == PlacementKind.cpu:
+            return "cpu", "cpu"
+        if self.kind == PlacementKind.offload:
+            return "cpu", first
+        if self.kind == PlacementKind.cuda:
+            return str(self), str(self)
+        return first, first
 
 
 @dataclass
@@ -138,11 +191,16 @@ class ModelSettings:
     compile: bool = False
     placement: str = "device"  # device | cuda:N | cpu | offload: where it lives and computes
 
+    @property
+    def where(self) -> Placement:
+        """``placement`` as a value (:class:`~distlab.config.Placement`): what every reader of it asks."""
+        return Placement.parse(self.placement)
+
 
 def wrap_of(settings: ModelSettings, dist_cfg: DistConfig) -> str:
     """How a model is wrapped: its own ``models.<name>.wrap`` when set, else the run's ``dist.wrap``."""
     wrap = settings.wrap if settings.wrap is not None else dist_cfg.wrap
-    return str(getattr(wrap, "value", wrap))
+    return str(wrap)
 
 
 @dataclass
@@ -397,7 +455,7 @@ def apply_scaling(cfg: Any, world_size: int, batch_keys: tuple[str, ...], lr_key
     rules = [(cfg.scale.batch, batch_keys, {"linear": ratio}), (cfg.scale.lr, lr_keys,
              {"linear": ratio, "sqrt": math.sqrt(ratio)})]
     for rule, keys, factors in rules:
-        rule = rule.value if isinstance(rule, Enum) else rule
+        rule = str(rule)
         if rule == "none":
             continue
         for key in keys:
@@ -529,6 +587,8 @@ def check_values(recipe: Any, cfg: Any) -> None:
     if cfg.ckpt.verify not in ("hash", "size"):
         raise DistlabError(f"ckpt.verify={cfg.ckpt.verify} is not one of hash, size; use ckpt.verify=hash")
     check_run_name(cfg.run.name)
+    for name, settings in (getattr(cfg, "models", None) or {}).items():
+        Placement.parse(settings.placement, name)  # the text's one rule, before any process reads it
     supports = getattr(recipe, "supports", None)
     if supports is not None and schema is not None:
         for key in OPTIONAL_CORE_KEYS:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distlab.config import Placement
 from distlab.errors import DistlabError, near_matches
 
 # Bytes of optimizer state per *trainable* parameter. Adam keeps two fp32 moments; optim.state_dtype=bf16 or
@@ -22,7 +23,6 @@ OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 8, "adamw": 8, "adam_bf16": 4, 
 
 def adam_state_key(state_dtype: Any, fp32_name: str = "adamw") -> str:
     """The ``OPTIMIZER_STATE_BYTES`` key of Adam's moments held at ``optim.state_dtype`` (fp32 keeps ``fp32_name``)."""
-    state_dtype = getattr(state_dtype, "value", state_dtype)
     return fp32_name if state_dtype == "fp32" else f"adam_{state_dtype}"
 
 
@@ -37,7 +37,7 @@ class ModelSpec:
     batch_per_device: int = 1
     param_dtype_bytes: int = 4
     optimizer: str = "adam"
-    placement: str = "device"  # device | cuda:N | cpu | offload (see distlab.training.placement)
+    placement: str = "device"  # device | cuda:N | cpu | offload (see distlab.config.Placement)
     wrap: str = "ddp"  # ddp | fsdp | none: how trainable state is spread over ranks
 
     def __post_init__(self) -> None:
@@ -54,6 +54,11 @@ class ModelSpec:
             hint = near_matches(self.optimizer, OPTIMIZER_STATE_BYTES)
             raise DistlabError(f"model {self.name!r}: unknown optimizer {self.optimizer!r}; use one of "
                                f"{sorted(OPTIMIZER_STATE_BYTES)}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+        Placement.parse(self.placement, self.name)
+
+    @property
+    def where(self) -> Placement:
+        return Placement.parse(self.placement, self.name)
 
     @property
     def trainable(self) -> int:

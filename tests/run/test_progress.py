@@ -29,7 +29,7 @@ def slow_model(monkeypatch):
     """An evaluation whose generate calls take ``delay`` seconds each; completions alternate "ok" and "no"."""
     calls = []
 
-    def fake_generate(model, tok, prompts, *, n, **kw):
+    def fake_generate(model, tok, prompts, sampling, *, n, **kw):
         calls.append(len(prompts))
         time.sleep(slow_model.delay)
         return [SimpleNamespace(prompt_index=i, text=f"{prompts[i]} try{j} {'ok' if j % 2 == 0 else 'no'}")

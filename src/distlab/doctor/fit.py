@@ -42,7 +42,7 @@ def check_launch(recipe: Any, cfg: Any, presets: list[str], overrides: list[str]
     ``nproc`` ranks on the GPUs they will drive, or on the CPU; ``opts.force`` turns a refusal into a warning."""
     import torch
 
-    device = str(getattr(cfg.dist.device, "value", cfg.dist.device))
+    device = cfg.dist.device
     on_gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     target = Target(nproc, nproc * max(1, cfg.dist.devices_per_rank) if on_gpu else 0)
     check_fits(recipe, cfg, presets, overrides, nproc * opts.nodes, target, evaluating=evaluating, force=opts.force)
@@ -167,15 +167,12 @@ def candidates(recipe: Any, cfg: Any, target: Target) -> list[str]:
             node = getattr(node, part)
         return recipe.supports is None or key not in OPTIONAL_CORE_KEYS or key in recipe.supports
 
-    def word(value: Any) -> str:
-        return str(getattr(value, "value", value))
-
     out = []
-    if has("optim.state_dtype") and word(cfg.optim.state_dtype) != "int8":
+    if has("optim.state_dtype") and cfg.optim.state_dtype != "int8":
         out.append("optim.state_dtype=int8")
-    if has("dist.activation_checkpointing") and word(cfg.dist.activation_checkpointing) == "none":
+    if has("dist.activation_checkpointing") and cfg.dist.activation_checkpointing == "none":
         out.append("dist.activation_checkpointing=blocks")
-    if target.on_gpu and has("dist.cpu_offload") and not cfg.dist.cpu_offload and word(cfg.dist.wrap) == "fsdp":
+    if target.on_gpu and has("dist.cpu_offload") and not cfg.dist.cpu_offload and cfg.dist.wrap == "fsdp":
         out.append("dist.cpu_offload=true")
     for key in recipe.batch_keys:
         value = getattr(cfg, key, None)

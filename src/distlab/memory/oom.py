@@ -23,7 +23,7 @@ def estimate_text(recipe: Any, cfg: Any, world_size: int) -> str:
     specs = recipe_specs(recipe, cfg)
     if specs is None:
         return ""
-    strategy = "fsdp" if getattr(cfg.dist.wrap, "value", cfg.dist.wrap) == "fsdp" else "ddp"
+    strategy = "fsdp" if cfg.dist.wrap == "fsdp" else "ddp"
     parts = [estimate_memory(s, strategy=strategy, world_size=world_size)
              for s in (specs if isinstance(specs, list) else [specs])]
     gib = 2**30

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from distlab.config import PlacementKind
 from distlab.errors import DistlabError
 from distlab.memory.estimate import MemoryBreakdown, estimate_memory
 from distlab.recipe import ModelSpec
@@ -193,7 +194,7 @@ def plan_devices(specs: list[ModelSpec], gpu_free: dict[int, int], host_free: in
     rows: dict[str, dict[str, int]] = {}
     for spec in specs:
         b = estimate_memory(spec, strategy="fsdp" if spec.wrap == "fsdp" else "ddp", world_size=procs)
-        home, compute = _devices_of(spec.placement, bool(gpu_free) or spec.placement.startswith("cuda"))
+        home, compute = spec.where.node_devices(bool(gpu_free) or spec.where.kind == PlacementKind.cuda)
         weights = rows.setdefault(home, {"params": 0, "grads": 0, "optimizer": 0, "activations": 0})
         weights["params"] += b.params
         weights["grads"] += b.grads
@@ -209,21 +210,8 @@ def plan_devices(specs: list[ModelSpec], gpu_free: dict[int, int], host_free: in
             free = gpu_free.get(int(dev.split(":")[1]))
         ok = None if free is None else total <= free * SAFETY_FRACTION
         fits = fits and ok is not False
-        models = [s.name for s in specs if dev in _devices_of(s.placement, dev != "cpu")]
+        models = [s.name for s in specs if dev in s.where.node_devices(dev != "cpu")]
         out.append({"device": dev, **parts, "total": total, "free_bytes": free, "fits": ok, "models": models})
     return {"per_device": out, "verdict": "fits" if fits else "does_not_fit",
             "models": [asdict(s) for s in specs]}
 
-
-def _devices_of(placement: str, gpu: bool) -> tuple[str, str]:
-    """(where the weights live, where the model computes) for a placement string."""
-    p = placement.lower()
-    first = "cuda:0" if gpu else "cpu"
-    if p == "cpu":
-        return "cpu", "cpu"
-    if p == "offload":
-        return "cpu", first
-    if p.startswith("cuda"):
-        dev = p if ":" in p else "cuda:0"
-        return dev, dev
-    return first, first

@@ -128,9 +128,10 @@ class Sandbox:
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.root), True)
         _precompile(self.isolation.python, self.runner)
 
-    def run(self, program: str, tests: str) -> SandboxResult:
+    def run(self, program: str, tests: str, timeout_s: float | None = None) -> SandboxResult:
         """Run ``program`` then ``tests`` in one namespace; passed only if every test statement completed.
-        Tests that cannot judge (see :func:`judging_problem`) give status ``bad_tests`` without running anything."""
+        Tests that cannot judge (see :func:`judging_problem`) give status ``bad_tests`` without running anything.
+        ``timeout_s``: this run's wall-clock limit instead of ``config.timeout_s`` (a limit per problem)."""
         why = judging_problem(tests)
         if why is not None:
             with self._lock:
@@ -138,15 +139,15 @@ class Sandbox:
             return SandboxResult(False, "bad_tests", 0.0, stderr_tail=f"sandbox: {why}\n")
         slot = self._slots.get()
         try:
-            result, hack = self._run(slot, program, tests)
+            result, hack = self._run(slot, program, tests, timeout_s or self.config.timeout_s)
         finally:
             self._slots.put(slot)
         with self._lock:
             self.stats.update(("runs", result.status) + (("suspected_hacks",) if hack else ()))
         return result
 
-    def run_many(self, jobs: list[tuple[str, str]]) -> list[SandboxResult]:
-        """Results in the order of ``jobs``; ``workers`` run at once."""
+    def run_many(self, jobs: list[tuple[str, str]] | list[tuple[str, str, float]]) -> list[SandboxResult]:
+        """Results in the order of ``jobs`` (``run``'s arguments); ``workers`` run at once."""
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="distlab-sandbox")
@@ -170,7 +171,7 @@ class Sandbox:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _run(self, slot: int, program: str, tests: str) -> tuple[SandboxResult, bool]:
+    def _run(self, slot: int, program: str, tests: str, timeout_s: float) -> tuple[SandboxResult, bool]:
         cfg, iso = self.config, self.isolation
         uid = self.uids[slot] if iso.drop_uid else None
         run_dir = Path(tempfile.mkdtemp(dir=self.root))
@@ -184,7 +185,7 @@ class Sandbox:
             # +1: the runner's judge, besides the host process that runs the program (max_procs is the program's)
             per_run = cfg.max_procs + 1
             nproc = per_run if uid is not None else per_run * cfg.workers + procs.tasks_of_uid(os.getuid())
-            argv = command(iso, str(self.runner), timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, nproc=nproc,
+            argv = command(iso, str(self.runner), timeout_s=timeout_s, memory_mb=cfg.memory_mb, nproc=nproc,
                            max_file_mb=cfg.max_file_mb, max_open_files=cfg.max_open_files, uid=uid,
                            site_packages=cfg.site_packages)
             env = {"PATH": ENV_PATH, "HOME": str(work), "TMPDIR": str(work), "OMP_NUM_THREADS": "1",
@@ -206,7 +207,7 @@ class Sandbox:
                             proc.stdin.close()
                         except OSError:
                             pass
-                    timed_out = not procs.wait_for(proc, max(0.0, start + cfg.timeout_s - time.monotonic()))
+                    timed_out = not procs.wait_for(proc, max(0.0, start + timeout_s - time.monotonic()))
                 finally:
                     if proc.returncode is None:
                         procs.kill_tree(proc, iso.namespaced)

@@ -58,7 +58,6 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, shard_modules: S
     Must run before DDP/FSDP2/compile see the model. A model that declares no blocks is a one-line
     error when ``required``; otherwise (a run's small side models, e.g. value heads) it is left as is.
     """
-    mode = getattr(mode, "value", mode)
     if mode == "none":
         return {}
     targets = chosen_blocks(declared_blocks(model, shard_modules), mode)

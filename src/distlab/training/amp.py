@@ -60,7 +60,7 @@ class MixedPrecision:
 
     def __init__(self, precision: Precision | str, device: torch.device | str, *, init_scale: float = 2.0 ** 16,
                  growth_interval: int = 2000, growth_factor: float = 2.0, backoff_factor: float = 0.5) -> None:
-        self.precision = Precision(getattr(precision, "value", precision))
+        self.precision = Precision(precision)
         self.enabled = self.precision == Precision.fp16
         self.skipped_steps = 0  # over the whole run (checkpointed)
         self.last_skipped = False

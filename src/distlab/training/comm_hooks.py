@@ -31,7 +31,6 @@ COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 def register_comm_hook(ddp_model: nn.Module, hook: str, process_group: Any = None, powersgd_rank: int = 4,
                        powersgd_start_iter: int = 10) -> Any:
     """Register ``hook`` on a DDP model; returns the hook's state (PowerSGD's) or None."""
-    hook = getattr(hook, "value", hook)
     if hook == "none":
         return None
     if not hasattr(ddp_model, "register_comm_hook"):

@@ -124,7 +124,6 @@ def _plain_lrs(opt: torch.optim.Optimizer) -> None:
 
 def check_state_dtype(state_dtype: str, device: torch.device | str = "cpu") -> None:
     """One-line errors for a state dtype that cannot run here (unknown name, torchao missing)."""
-    state_dtype = getattr(state_dtype, "value", state_dtype)
     if state_dtype not in STATE_DTYPES:
         raise DistlabError(f"optim.state_dtype={state_dtype} is not one of {', '.join(STATE_DTYPES)}")
     if state_dtype != "fp32":
@@ -134,7 +133,6 @@ def check_state_dtype(state_dtype: str, device: torch.device | str = "cpu") -> N
 def adamw(params: Iterable, state_dtype: str = "fp32", lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
           eps: float = 1e-8, weight_decay: float = 0.01) -> torch.optim.Optimizer:
     """AdamW with its moments in ``state_dtype``; ``weight_decay=0`` is plain Adam."""
-    state_dtype = getattr(state_dtype, "value", state_dtype)
     check_state_dtype(state_dtype)
     params = list(params)
     if state_dtype == "fp32":

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
-from distlab.config import DistConfig, ModelSettings, Wrap, wrap_of
+from distlab.config import DistConfig, ModelSettings, Placement, PlacementKind, Wrap, wrap_of
 from distlab.errors import DistlabError, near_matches
 from distlab.runtime.dist import Runtime, full_tensor
 from distlab.training.wrap import unwrap
@@ -37,20 +37,7 @@ def check_dtype(name: str, dtype: str) -> None:
                               else ""))
 
 
-def parse_placement(name: str, spec: str) -> tuple[str, int]:
-    """``(kind, index)`` with kind in device|cuda|cpu|offload; a one-line error for anything else."""
-    s = str(spec).strip().lower()
-    if s in ("device", "cpu", "offload"):
-        return s, 0
-    if s.startswith("cuda:") and s[5:].isdigit():
-        return "cuda", int(s[5:])
-    if s == "cuda":
-        return "cuda", 0
-    raise DistlabError(f"models.{name}.placement={spec!r} is not one of device, cpu, offload, cuda:N "
-                       f"(N counts the rank's own GPUs, 0..dist.devices_per_rank-1)")
-
-
-def validate_placement(placement: dict[str, str], models: Iterable[str], dist_cfg: DistConfig,
+def validate_placement(placement: dict[str, str | Placement], models: Iterable[str], dist_cfg: DistConfig,
                        gpus_per_node: int | None, procs_per_node: int, frozen: Iterable[str] = ()) -> None:
     """Everything checkable before a process starts: names, syntax, device indices, GPU count."""
     known, frozen = list(models), set(frozen)
@@ -59,16 +46,16 @@ def validate_placement(placement: dict[str, str], models: Iterable[str], dist_cf
             hint = near_matches(name, known)
             raise DistlabError(f"models.{name}: this recipe has no model {name!r}; its models are "
                                f"{', '.join(known)}" + (f" (did you mean {hint[0]}?)" if hint else ""))
-        kind, index = parse_placement(name, spec)
+        where = Placement.parse(spec, name)
         k = dist_cfg.devices_per_rank
         on_cpu_run = dist_cfg.device == "cpu" or gpus_per_node == 0
-        if kind == "cuda" and on_cpu_run:
+        if where.kind == PlacementKind.cuda and on_cpu_run:
             raise DistlabError(f"models.{name}.placement={spec} but this run has no GPU; use "
                                f"models.{name}.placement=cpu or device, or start with --gpus N")
-        if kind == "cuda" and index >= k:
+        if where.kind == PlacementKind.cuda and where.index >= k:
             raise DistlabError(f"models.{name}.placement={spec} but each rank has dist.devices_per_rank={k} GPU(s) "
                                f"(cuda:0..cuda:{k - 1}); raise dist.devices_per_rank or use a lower index")
-        if kind == "offload" and name not in frozen:
+        if where.offload and name not in frozen:
             raise DistlabError(f"models.{name}.placement=offload streams weights per use and needs a frozen model; "
                                f"{name} is trained here: use cpu, device or cuda:N")
     if dist_cfg.devices_per_rank < 1:
@@ -84,20 +71,19 @@ def validate_placement(placement: dict[str, str], models: Iterable[str], dist_cf
                                f"{need} GPUs but {gpus_per_node} are visible; lower --gpus or dist.devices_per_rank")
 
 
-def device_for(name: str, spec: str, rt: Runtime) -> torch.device:
+def device_for(name: str, where: Placement, rt: Runtime) -> torch.device:
     """The device a model *computes* on (for ``offload``: the compute device, weights stay on the CPU)."""
-    kind, index = parse_placement(name, spec)
-    if kind == "cpu":
+    if where.kind == PlacementKind.cpu:
         return torch.device("cpu")
-    if kind in ("device", "offload"):
+    if where.kind != PlacementKind.cuda:
         return rt.device
     if rt.device.type != "cuda":
-        raise DistlabError(f"models.{name}.placement={spec} but this rank runs on the CPU; use cpu or device")
+        raise DistlabError(f"models.{name}.placement={where} but this rank runs on the CPU; use cpu or device")
     devices = rt.devices or [rt.device]
-    if index >= len(devices):
-        raise DistlabError(f"models.{name}.placement={spec} but this rank has {len(devices)} GPU(s); raise "
+    if where.index >= len(devices):
+        raise DistlabError(f"models.{name}.placement={where} but this rank has {len(devices)} GPU(s); raise "
                            f"dist.devices_per_rank")
-    return devices[index]
+    return devices[where.index]
 
 
 def check_config(cfg, procs_per_node: int, gpus_per_node: int | None) -> None:
@@ -129,17 +115,16 @@ def place(name: str, model: nn.Module, settings: ModelSettings, rt: Runtime, dis
     """Move, cast, freeze or wrap one model as its settings (placement among them) say."""
     from distlab.training.wrap import compiled, wrap_model
 
-    spec = settings.placement
+    where = Placement.parse(settings.placement, name)
     check_dtype(name, settings.dtype)
     model = model.to(DTYPES[settings.dtype])
     if settings.trainable:
         keep_trained_weights_fp32(model)
-    kind, _ = parse_placement(name, spec)
-    device = device_for(name, spec, rt)
+    device = device_for(name, where, rt)
     if not settings.trainable:
         model.requires_grad_(False)
         model.eval()
-        if kind == "offload":
+        if where.offload:
             return offload(model, device)
         model = model.to(device)
         return compiled(model, dist_cfg.compile_mode) if settings.compile else model

@@ -27,7 +27,7 @@ def test_prompts_per_call_follows_the_step_rows_unless_set():
 def test_evaluation_calls_hold_at_most_a_steps_rows(monkeypatch, samples, calls):
     seen = []
 
-    def fake_generate(model, tok, prompts, *, n, **kw):
+    def fake_generate(model, tok, prompts, sampling, *, n, **kw):
         seen.append(len(prompts) * n)
         return [SimpleNamespace(prompt_index=i, text="") for i in range(len(prompts)) for _ in range(n)]
 

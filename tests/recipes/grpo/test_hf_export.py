@@ -46,8 +46,9 @@ def _logits(model, tok):
 
 def _greedy(model, tok, n=10):
     from distlab.recipes.lm.rollout.generate import generate
+    from distlab.recipes.lm.config import SamplingConfig
 
-    return [c.text for c in generate(model, tok, PROMPTS, max_new_tokens=n, temperature=0.0)]
+    return [c.text for c in generate(model, tok, PROMPTS, SamplingConfig(max_completion_length=n, temperature=0.0))]
 
 
 def _hf_greedy(model, tok, n=10):

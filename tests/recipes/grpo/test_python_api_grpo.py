@@ -68,14 +68,15 @@ def test_several_processes_refuse_a_session_reward_before_starting(here):
 
 
 def test_the_readme_python_example_runs_as_written(here):
-    """The README's "From Python (notebooks)" example, run verbatim (its smoke=True keeps it to a few minutes)."""
+    """The "From Python (notebooks)" example of docs/commands.md (moved there from the README), run verbatim (its
+    smoke=True keeps it to a few minutes)."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    section = readme[readme.index("### From Python (notebooks)"):]
+    page = (Path(__file__).resolve().parents[3] / "docs" / "commands.md").read_text()
+    section = page[page.index("## From Python (notebooks)"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, "docs/commands.md", "exec"), scope)
     assert scope["summary"]["status"] == "completed" and scope["summary"]["step"] == 2
     assert "pass@1" in scope["summary"]["eval"]

@@ -1,6 +1,7 @@
-"""The README's "GRPO for your own tasks" block, run as a user would: every command line as written, with only what a
-2-core CPU needs swapped in (a tiny model for ``/path/to/hf_model``, the CPU for ``--gpus 1``, two steps and short
-completions appended). A renamed key, command or flag in that block fails here."""
+"""The "Your own tasks" block of the GRPO guide (docs/recipes/grpo.md, moved there from the README), run as a user
+would: every command line as written, with only what a 2-core CPU needs swapped in (a tiny model for
+``/path/to/hf_model``, the CPU for ``--gpus 1``, two steps and short completions appended). A renamed key, command or
+flag in that block fails here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from clitools import run_cli, summary
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "recipes" / "grpo.md"
 SMALL = ["steps=2", "prompts_per_step=2", "num_generations=2", "micro_batch_size=4",
          "sampling.max_completion_length=24", "evaluation.before=false", "log.progress=false", "sandbox.timeout_s=3",
          "model.prompt_mode=text"]
@@ -19,8 +20,8 @@ SMALL = ["steps=2", "prompts_per_step=2", "num_generations=2", "micro_batch_size
 
 def _commands() -> list[list[str]]:
     """The block's command lines, continuation lines joined, comments dropped."""
-    text = README.read_text()
-    block = re.search(r"### GRPO for your own tasks\n+```bash\n(.*?)```", text, re.S).group(1)
+    text = GUIDE.read_text()
+    block = re.search(r"^## Your own tasks\n+```bash\n(.*?)```", text, re.S | re.M).group(1)
     lines = block.replace("\\\n", " ").splitlines()
     return [shlex.split(ln, comments=True) for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
 
@@ -39,7 +40,7 @@ def test_the_readme_own_tasks_block_runs_as_written(tmp_path):
     pkg = tmp_path / "my_pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    signature = re.search(r"`(def score\(.*?\)) -> float`", README.read_text()).group(1)  # as the README says
+    signature = re.search(r"`(def score\(.*?\)) -> float`", GUIDE.read_text()).group(1)  # as the guide says
     (pkg / "rewards.py").write_text(f"{signature}:\n    return 0.5\n")
 
     args = [a.replace("/path/to/hf_model", "tiny:llama-2l") for a in train[1:] if a not in ("--gpus", "1")]

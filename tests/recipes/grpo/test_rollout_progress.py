@@ -10,6 +10,7 @@ pytest.importorskip("transformers", reason="the LM recipes need the llm extra: p
 import distlab.recipes.grpo.train as grpo_train  # noqa: E402
 from distlab.config import resolve_config  # noqa: E402
 from distlab.recipe import load_recipe  # noqa: E402
+from distlab.recipes.lm.config import SamplingConfig  # noqa: E402
 from distlab.recipes.lm.models.placed import SamplingCopy  # noqa: E402
 from distlab.recipes.lm.models.source import load_causal_lm  # noqa: E402
 from distlab.recipes.lm.rewards.scorer import RewardScorer  # noqa: E402
@@ -24,8 +25,8 @@ from distlab.training.placement import DTYPES  # noqa: E402
 def test_generate_reports_each_decode_step(backend):
     model, tok = load_causal_lm("tiny:llama-2l", seed=0)
     steps: list[int] = []
-    out = generate(model, tok, ["def f(x):", "x = 1"], max_new_tokens=7, temperature=0.0, backend=backend,
-                   on_step=steps.append)
+    out = generate(model, tok, ["def f(x):", "x = 1"],
+                   SamplingConfig(max_completion_length=7, temperature=0.0, backend=backend), on_step=steps.append)
     longest = max(len(c.token_ids) for c in out)
     assert steps[:longest] == list(range(1, longest + 1)) and steps[-1] <= 7
 

@@ -47,7 +47,6 @@ def test_turn1_turn2_and_guidance_calls_keep_one_cache_shape_each(monkeypatch):
         return call
 
     monkeypatch.setattr(rollout, "generate", recorded(gen.generate))
-    monkeypatch.setattr(rollout, "generate_from_ids", recorded(gen.generate_from_ids))
     players = rollout.Players(policy, tok, "text", guide, gtok, "text")
     players.shapes = cache_shapes(cfg, 1, players_as_models(players), tasks, few_shot)
     g = cfg.num_generations

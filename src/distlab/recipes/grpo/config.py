@@ -50,7 +50,7 @@ class GRPOConfig(LMRecipeConfig):
     loss_type: SequenceLoss = SequenceLoss.grpo
     scale_rewards: ScaleRewards = ScaleRewards.group
     mask_truncated_completions: bool = False
-    # rewards: sum_i reward_weights[i] * reward_funcs[i] (lm/reward_funcs.py):
+    # rewards: sum_i reward_weights[i] * reward_funcs[i] (lm/rewards/functions.py):
     # tests | tests_fraction | format | overlong | module:fn
     reward_funcs: list[str] = field(default_factory=_tests)
     reward_weights: list[float] = field(default_factory=list)  # empty: every weight 1

@@ -34,7 +34,7 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
     after = score(progress=lambda label, total: session.phase(f"step {meta['step']} {label}", total, "problem"))
     scorer.close()
     out = {"step": meta["step"], **skipped_fields(meta), "tasks": f"{cfg.task.eval}/{cfg.task.eval_split}",
-           **after["metrics"],
+           "harness": str(cfg.evaluation.harness), **after["metrics"],
            **{f"base_{k}": v for k, v in before["metrics"].items()}}
     if len(tasks) > 1:
         out.update(paired_fields([r["greedy"] for r in before["per_problem"]], [r["greedy"] for r in after["per_problem"]],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from distlab.config import Placement
 from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
 from distlab.recipes.grpo.config import ALIASES, GRPOConfig
@@ -42,7 +43,7 @@ def check(cfg: GRPOConfig, world_size: int) -> None:
         raise DistlabError(f"dist.grad_accum={accum} (gradient_accumulation_steps) but each rank has {local} "
                            f"completions per step in micro-batches of {cfg.micro_batch_size} = {micro_steps} "
                            f"micro-steps; leave it at 1 or set micro_batch_size={-(-local // accum)}")
-    if cfg.beta == 0 and cfg.models["reference"].placement != "device":
+    if cfg.beta == 0 and cfg.models["reference"].where != Placement():
         log.warning("beta=0: no reference model is loaded, models.reference.placement is unused")
 
 

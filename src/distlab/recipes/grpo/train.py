@@ -134,11 +134,9 @@ def rollout(cfg: GRPOConfig, parts: Parts, tasks: list[Task], prompts: list[str]
     calls = -(-len(tasks) // chunk)
     with gathered(parts.policy), torch.no_grad(), _rollout_progress(parts, calls * width) as bar:
         for call, start in enumerate(range(0, len(tasks), chunk)):
-            part = generate(parts.sampling.module, parts.tok, prompts[start:start + chunk],
-                            max_new_tokens=width, temperature=cfg.sampling.temperature,
-                            top_p=cfg.sampling.top_p, stop_strings=stops, seed=seed + start, n=cfg.num_generations,
-                            backend=cfg.sampling.backend, max_prompt_length=parts.max_prompt_length,
-                            batch_rows=chunk * cfg.num_generations, compact_rows=cfg.sampling.compact_rows,
+            part = generate(parts.sampling.module, parts.tok, prompts[start:start + chunk], cfg.sampling,
+                            stop_strings=stops, seed=seed + start, n=cfg.num_generations,
+                            max_prompt_length=parts.max_prompt_length, batch_rows=chunk * cfg.num_generations,
                             on_step=lambda k, done=call * width: bar.update(done + k))
             bar.update((call + 1) * width)  # a call whose completions all stopped early is whole
             for c in part:

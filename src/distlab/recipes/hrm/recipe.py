@@ -40,12 +40,11 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
         raise DistlabError(f"dist.compile_mode={mode.name} replays CUDA graphs, whose next replay overwrites the "
                            f"gradients dist.grad_accum={cfg.dist.grad_accum} accumulates; use dist.grad_accum=1 "
                            "(a larger global batch per GPU) or dist.compile_mode=default")
-    precision = getattr(cfg.dist.precision, "value", cfg.dist.precision)
-    if precision == "fp16" and cfg.arch.forward_dtype == "bfloat16":
+    if cfg.dist.precision == "fp16" and cfg.arch.forward_dtype == "bfloat16":
         raise DistlabError("dist.precision=fp16 with arch.forward_dtype=bfloat16 would run layers in bf16 and fp16 "
                            "at once; add arch.forward_dtype=float16 (or float32: autocast then picks fp16 per op)")
     _validate_eval(cfg)
-    state = getattr(cfg.optim.state_dtype, "value", cfg.optim.state_dtype)
+    state = cfg.optim.state_dtype
     if state != "fp32" and cfg.optimizer != "adamw":
         raise DistlabError(f"optim.state_dtype={state} applies to AdamW; optimizer={cfg.optimizer} keeps fp32 "
                            f"moments: add optimizer=adamw or use optim.state_dtype=fp32")

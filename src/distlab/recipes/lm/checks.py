@@ -75,6 +75,15 @@ def check_evaluation(ev: EvalConfig) -> None:
                            f"evaluation.samples={ev.samples} (sampled pass@k)")
 
 
+def check_harness(cfg: Any) -> None:
+    """The EvalPlus-style harness asks for programs and runs them: a set of math problems cannot be judged by it."""
+    from distlab.recipes.lm.tasks.builtin import MATH_ALIASES
+
+    if cfg.evaluation.harness == "evalplus" and cfg.task.eval in MATH_ALIASES:
+        raise DistlabError(f"evaluation.harness=evalplus judges programs, and task.eval={cfg.task.eval} is a set of "
+                           f"math problems; use evaluation.harness=distlab, or a code set (mbpp, humaneval)")
+
+
 def check_roles(models: Any, trained: tuple[str, ...], frozen: dict[str, str]) -> None:
     """Each model trains or stays frozen as its role needs; ``frozen`` maps a name to why it must not move."""
     for name in trained:
@@ -92,6 +101,7 @@ def check_settings(cfg: Any) -> None:
 
     check_sampling(cfg.sampling)
     check_evaluation(cfg.evaluation)
+    check_harness(cfg)
     if cfg.padding_free and cfg.model.attn_implementation not in PACKING_ATTENTIONS:
         raise DistlabError(f"padding_free=true keeps packed sequences apart with a block-diagonal attention mask, "
                            f"which model.attn_implementation={cfg.model.attn_implementation} does not take; use "
@@ -104,8 +114,7 @@ def check_settings(cfg: Any) -> None:
 def check_precision(cfg: Any) -> None:
     """fp16 compute over bf16 weights (a model's sampling copy or frozen weights) mixes two 16-bit formats with
     different ranges in one forward: refused, as HRM refuses fp16 over a bf16 forward."""
-    precision = getattr(cfg.dist.precision, "value", cfg.dist.precision)
-    if precision != "fp16":
+    if cfg.dist.precision != "fp16":
         return
     for name, m in (getattr(cfg, "models", None) or {}).items():
         if m.dtype == "bf16":

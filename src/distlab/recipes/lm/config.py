@@ -38,6 +38,11 @@ class PromptMode(Choice):
     text = "text"  # plain completion prompts (base and tiny models)
 
 
+class Harness(Choice):
+    distlab = "distlab"  # training's own prompts, stops, code extraction and judging (every earlier figure)
+    evalplus = "evalplus"  # EvalPlus's prompt format, stops, extraction, float tolerance, time limit per problem
+
+
 class SamplingBackend(Choice):
     static = "static"  # our KV-cache sampler
     hf = "hf"  # transformers' generate
@@ -90,6 +95,9 @@ class EvalConfig:
     ks: str = "1"  # comma-separated k for pass@k (each <= samples)
     before: bool = True  # score the starting model too, on the same tasks (a paired comparison)
     completions: int = 4  # completions kept per problem in the evaluation files (greedy first, then samples); 0 = none
+    # GRPO's evaluations (lm/harnesses): evalplus is zero-shot and code-only, to set base figures beside published
+    # ones; training always asks and judges as distlab does
+    harness: Harness = Harness.distlab  # how problems are asked and judged: distlab | evalplus (docs/evaluation.md)
 
 
 # run.smoke=true for both LM recipes (Recipe.smoke): two steps, a small task set and an evaluation of a few
@@ -140,7 +148,7 @@ class LMRecipeConfig(BaseConfig):
 
 def check_checkpointing(cfg: Any) -> None:
     """transformers' own recomputation and the core's would recompute every layer twice: one of them."""
-    mode = getattr(cfg.dist.activation_checkpointing, "value", cfg.dist.activation_checkpointing)
+    mode = cfg.dist.activation_checkpointing
     if cfg.model.gradient_checkpointing and mode != "none":
         raise DistlabError(f"model.gradient_checkpointing=true and dist.activation_checkpointing={mode} both "
                            f"recompute the decoder layers; keep one (dist.activation_checkpointing works for "

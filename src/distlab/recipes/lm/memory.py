@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from distlab.config import wrap_of
+from distlab.config import Placement, PlacementKind, wrap_of
 from distlab.recipe import ModelSpec
 from distlab.recipes.lm.models.parts import decoder_layers
 from distlab.recipes.lm.models.placed import samples_from_a_copy
@@ -68,24 +68,19 @@ def _shape(source: str) -> dict[str, int]:
             "kv_width": getattr(config, "num_key_value_heads", heads) * (config.hidden_size // heads)}
 
 
-def _home(cfg: Any, name: str) -> str:
+def _home(cfg: Any, name: str) -> Placement:
     """Where a model's state lives: FSDP2's CPU offload keeps a trained model's weights, gradients and optimizer
     states on the host and computes on the GPU, which is what the doctor's ``offload`` placement counts."""
     settings = cfg.models[name]
     wrap = wrap_of(settings, cfg.dist)
     if settings.trainable and cfg.dist.cpu_offload and wrap == "fsdp":
-        return "offload"
-    return settings.placement
-
-
-def _word(option: Any) -> str:
-    """A config enum's value, or the string itself (configs built in tests hold plain strings)."""
-    return str(getattr(option, "value", option))
+        return Placement(PlacementKind.offload)
+    return settings.where
 
 
 def _fsdp_on_gpu(s: dict[str, int], trainable: int, held: int) -> tuple[int, int]:
     """``(while sampling, in the update)``: what a trained model FSDP2 shards (and may offload) holds on the GPU
-    beyond its shard. Sampling gathers the whole model (:func:`.models.placed.gathered`) at the width it trains in, since
+    beyond its shard. Sampling gathers the whole model (:func:`.models.gathered`) at the width it trains in, since
     no mixed-precision policy narrows it and no autocast runs there; the update keeps the root unit (embeddings,
     final norm, head) unsharded. Counting neither put the SCoRe 3B offload row 43% under its peak (H200,
     2026-11-26); both measured offload peaks were set while sampling."""
@@ -106,7 +101,7 @@ def _frees_its_cache(cfg: Any) -> bool:
     """Whether sampling's KV cache is gone before the update: ``sampling.backend=hf`` (a DynamicCache per
     ``generate`` call). Every measured GRPO and SCoRe peak used it (docs/benchmarks.md); the offloaded ones were
     set while sampling and did not rise in the update."""
-    return _word(cfg.sampling.backend) == "hf"
+    return cfg.sampling.backend == "hf"
 
 
 def training_prompts(cfg: Any) -> tuple[Any, list, list, list[str]]:
@@ -127,9 +122,9 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
     a model in ``samplers`` holds the rollouts' KV cache, and a trained one its update's activations too."""
     s = shape(cfg.model.source)
     specs = []
-    recompute = cfg.model.gradient_checkpointing or _word(cfg.dist.activation_checkpointing) != "none"
+    recompute = cfg.model.gradient_checkpointing or cfg.dist.activation_checkpointing != "none"
     # activations are stored in the autocast dtype (dist.precision), whatever the weights' dtype
-    act_width = 4 if _word(cfg.dist.precision) == "fp32" else 2
+    act_width = 4 if cfg.dist.precision == "fp32" else 2
     for name in names:
         settings = cfg.models[name]
         width = BYTES[settings.dtype]
@@ -157,7 +152,7 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
             update = act + cast + logits + root
             # torch.optim.AdamW (optim.state_dtype=fp32) steps with foreach kernels: one temporary as large as the
             # trained weights (torchao's bf16/int8 steps go tensor by tensor); an offloaded model steps on the host
-            step = trainable * 4 if _word(cfg.optim.state_dtype) == "fp32" and home != "offload" else 0
+            step = trainable * 4 if cfg.optim.state_dtype == "fp32" and not home.offload else 0
         # transformers' generate frees its cache after each call, so there the larger phase counts; our sampler
         # keeps one StaticCache on the model for the whole run, beside the update
         phases = max(kv + gathered, update, step) if _frees_its_cache(cfg) else kv + max(gathered, update, step)
@@ -165,9 +160,9 @@ def lm_specs(cfg: Any, names: list[str], rollouts: int, seq: int, samplers: tupl
         specs.append(ModelSpec(name, s["params"], trainable_params=trainable,
                                activation_bytes_per_example=-(-phases // batch), batch_per_device=batch,
                                param_dtype_bytes=held, optimizer="adamw" if trainable else "none",
-                               placement=home, wrap=wrap))
+                               placement=str(home), wrap=wrap))
         if samples_from_a_copy(settings.trainable, width < 4, wrap == "fsdp"):
-            where = settings.placement if str(settings.placement).startswith("cuda") else "device"
+            where = str(settings.where) if settings.where.kind == PlacementKind.cuda else "device"
             # under LoRA the copy holds only the adapters; it shares the frozen base (models.SamplingCopy)
             copied = trainable if settings.trainable and cfg.model.lora_r > 0 else s["params"]
             specs.append(ModelSpec(f"{name} (sampling copy)", copied, trainable_params=0,

@@ -81,5 +81,5 @@ def to_algo_config(cfg: PPORecipeConfig, device: str) -> PPOConfig:
     names = {f.name for f in dataclasses.fields(PPOConfig)}
     values = {k: getattr(cfg, k) for k in names if hasattr(cfg, k)}
     values.update(env_id=cfg.env, seed=cfg.run.seed, device=device, tf32=cfg.dist.tf32,
-                  precision=getattr(cfg.dist.precision, "value", cfg.dist.precision), env_kwargs=dict(cfg.env_kwargs))
+                  precision=str(cfg.dist.precision), env_kwargs=dict(cfg.env_kwargs))
     return PPOConfig(**values)

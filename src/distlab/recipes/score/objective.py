@@ -23,7 +23,7 @@ The step's loss is the sum over the two turns of each turn's own GRPO-style loss
 count: ``turn`` averages each turn's tokens, then averages over that turn's segments; ``token`` averages over
 that turn's tokens. A turn's weight therefore does not depend on the other turn's count or length (before
 2026-11-27 one count covered both turns, so in stage I turn 1's KL-only segments halved turn 2's gradient).
-Counts are global (all ranks and micro-batches, as in ``lm/pg_loss.py``), so the gradient does not depend on
+Counts are global (all ranks and micro-batches, as in ``lm/pg/loss.py``), so the gradient does not depend on
 world size or micro-batching.
 """
 

@@ -19,7 +19,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from distlab.config import wrap_of
+from distlab.config import Placement, wrap_of
 from distlab.errors import DistlabError
 from distlab.recipe import ModelSpec, Recipe
 from distlab.recipes.lm.config import LM_POSITIVE_KEYS, LM_SMOKE, LM_ZERO_MEANS
@@ -46,6 +46,9 @@ def check(cfg: ScoreConfig, world_size: int) -> None:
     if cfg.guidance_prompt_mode not in ("", "chat", "text"):
         raise DistlabError(f"guidance_prompt_mode={cfg.guidance_prompt_mode!r} is not one of '', 'chat', 'text' "
                            f"('' = model.prompt_mode)")
+    if cfg.evaluation.harness != "distlab":
+        raise DistlabError(f"evaluation.harness={cfg.evaluation.harness} is GRPO's: SCoRe's two-turn evaluation asks "
+                           f"and judges as training does; drop the key (or evaluate a GRPO run with it)")
     parse_schedule(cfg.stage_schedule)
     check_groups(cfg, world_size)
     check_kl(cfg.kl, {"beta1": cfg.beta1, "beta2": beta2_of(cfg)})
@@ -77,7 +80,7 @@ def check_models(cfg: ScoreConfig) -> None:
     if cfg.models["guidance"].trainable and cfg.guidance != "trained":
         raise DistlabError(f"models.guidance.trainable=true but guidance={cfg.guidance}: the guidance key decides "
                            f"whether the guidance model trains; set guidance=trained")
-    if cfg.guidance != "none" and cfg.models["guidance"].placement.strip().lower() == "offload":
+    if cfg.guidance != "none" and cfg.models["guidance"].where.offload:
         if cfg.guidance == "trained":
             raise DistlabError("models.guidance.placement=offload streams weights per use and needs a frozen model; "
                                "guidance=trained trains it: use cpu, device or cuda:N")
@@ -86,10 +89,10 @@ def check_models(cfg: ScoreConfig) -> None:
                            "only scores)")
     used = used_models(cfg)
     for name in MODEL_NAMES:
-        spec = cfg.models[name].placement
-        if name not in used and spec.strip().lower() != "device":
+        where = cfg.models[name].where
+        if name not in used and where != Placement():
             log.warning("models.%s.placement=%s is unused: these options (guidance=%s, advantage=%s, beta1=%s, "
-                        "beta2=%s) load no %s model", name, spec, cfg.guidance.value, cfg.advantage.value, cfg.beta1,
+                        "beta2=%s) load no %s model", name, where, cfg.guidance.value, cfg.advantage.value, cfg.beta1,
                         beta2_of(cfg), name)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from concurrent.futures import Future
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -17,7 +17,7 @@ from torch import nn
 
 from distlab.recipes.lm.models.placed import gathered
 from distlab.recipes.lm.rewards.scorer import RewardScorer
-from distlab.recipes.lm.rollout.generate import generate, generate_from_ids
+from distlab.recipes.lm.rollout.generate import generate
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.prompts import build_program, is_math, prompt_text, stops_for
 from distlab.recipes.score.episode import (ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, execution_feedback,
@@ -81,18 +81,16 @@ def _ticks(bar: Progress | None, width: int) -> Callable[[int], None]:
 def _play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer: RewardScorer, n: int,
           temperature: float, hint_temperature: float, seed: int, no_hint: bool, fixed: bool,
           bar: Progress | None = None) -> list[Episode]:
-    s = cfg.sampling
+    s = replace(cfg.sampling, temperature=temperature)
     shapes = players.shapes if fixed else CacheShapes()
-    on_policy = dict(max_prompt_length=shapes.policy_prompt, batch_rows=shapes.rows, compact_rows=s.compact_rows)
+    on_policy = dict(max_prompt_length=shapes.policy_prompt, batch_rows=shapes.rows)
     tok, mode = players.tok, players.mode
     prompts1 = [prompt_text(t, tok, mode, few_shot) for t in tasks]
     stops = stops_for(tasks, mode)
     inner = unwrap(players.policy)
     with gathered(players.policy), torch.no_grad():
         tick = _ticks(bar, s.max_completion_length)
-        y1s = generate(inner, tok, prompts1, max_new_tokens=s.max_completion_length, temperature=temperature,
-                       top_p=s.top_p if temperature > 0 else 1.0, stop_strings=stops, seed=seed, n=n,
-                       backend=s.backend, on_step=tick, **on_policy)
+        y1s = generate(inner, tok, prompts1, s, stop_strings=stops, seed=seed, n=n, on_step=tick, **on_policy)
         tick(s.max_completion_length)
     episodes = []
     for c in y1s:
@@ -113,11 +111,10 @@ def _play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer
                     for ep in episodes]
         with gathered(players.guidance), torch.no_grad():
             tick = _ticks(bar, cfg.hint_max_tokens)
-            hints = generate(unwrap(players.guidance), players.gtok, gprompts, max_new_tokens=cfg.hint_max_tokens,
-                             temperature=hint_temperature, top_p=s.top_p if hint_temperature > 0 else 1.0,
+            hints = generate(unwrap(players.guidance), players.gtok, gprompts,
+                             replace(s, temperature=hint_temperature, max_completion_length=cfg.hint_max_tokens),
                              stop_strings=("\n",) if players.guide_mode == "text" else (), seed=seed + SEED_HINT,
-                             backend=s.backend, max_prompt_length=shapes.guidance_prompt, batch_rows=shapes.rows,
-                             compact_rows=s.compact_rows, on_step=tick)
+                             max_prompt_length=shapes.guidance_prompt, batch_rows=shapes.rows, on_step=tick)
             tick(cfg.hint_max_tokens)
         for ep, h in zip(episodes, hints):
             ep.hint, ep.hint_prompt_ids = h, list(h.prompt_ids)
@@ -131,17 +128,12 @@ def _play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer
             if no_hint and players.guidance is not None else None)
     with gathered(players.policy), torch.no_grad():
         tick = _ticks(bar, s.max_completion_length)
-        y2s = generate_from_ids(inner, tok, [ids for ids, _ in with_hint], max_new_tokens=s.max_completion_length,
-                                temperature=temperature, top_p=s.top_p if temperature > 0 else 1.0,
-                                stop_strings=stops, seed=seed + SEED_TURN2, backend=s.backend, on_step=tick,
-                                **on_policy)
+        y2s = generate(inner, tok, [ids for ids, _ in with_hint], s, stop_strings=stops, seed=seed + SEED_TURN2,
+                       on_step=tick, **on_policy)
         tick(s.max_completion_length)
         tick = _ticks(bar if bare is not None else None, s.max_completion_length)
-        y2b = (generate_from_ids(inner, tok, [ids for ids, _ in bare], max_new_tokens=s.max_completion_length,
-                                 temperature=temperature, top_p=s.top_p if temperature > 0 else 1.0,
-                                 stop_strings=stops, seed=seed + SEED_NO_HINT, backend=s.backend,
-                                 compact_rows=s.compact_rows, on_step=tick)
-               if bare is not None else None)
+        y2b = (generate(inner, tok, [ids for ids, _ in bare], s, stop_strings=stops, seed=seed + SEED_NO_HINT,
+                        on_step=tick) if bare is not None else None)
         tick(s.max_completion_length)
     for ep, (ids, roles), c in zip(episodes, with_hint, y2s):
         ep.ids, ep.roles, ep.y2 = list(ids), list(roles), c

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from distlab.recipes.lm.config import SamplingConfig
 from distlab.recipes.lm.models.attention import GROUPED_SDPA
 from distlab.recipes.lm.models.source import load_causal_lm
 from distlab.recipes.lm.rollout.generate import generate
@@ -43,7 +44,8 @@ def test_grouped_decode_logits_equal_sdpa(backend):
     outs = {}
     for impl in ("sdpa", GROUPED_SDPA):
         model, tok = _model(impl)
-        outs[impl] = generate(model, tok, PROMPTS, max_new_tokens=12, temperature=0, backend=backend, compile=False)
+        outs[impl] = generate(model, tok, PROMPTS,
+                              SamplingConfig(max_completion_length=12, temperature=0, backend=backend), compile=False)
     assert [c.token_ids for c in outs["sdpa"]] == [c.token_ids for c in outs[GROUPED_SDPA]]
     model_a, tok = _model("sdpa")
     model_b, _ = _model(GROUPED_SDPA)
@@ -68,7 +70,8 @@ def test_decode_steps_read_kv_heads_not_copies(monkeypatch):
         model, tok = _model(impl)
         calls = _record_sdpa(monkeypatch)
         monkeypatch.setattr(hf_sdpa, "is_torchdynamo_compiling", lambda: True, raising=False)
-        generate(model, tok, PROMPTS[:2], max_new_tokens=5, temperature=0, backend="static", compile=False)
+        generate(model, tok, PROMPTS[:2], SamplingConfig(max_completion_length=5, temperature=0, backend="static"),
+                 compile=False)
         monkeypatch.undo()
         seen[impl] = calls
     heads = model.config.num_attention_heads

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from lm_fixtures import smollm2_installed
+from distlab.recipes.lm.config import SamplingConfig
 from distlab.recipes.lm.models.source import load_causal_lm
 from distlab.recipes.lm.rollout.generate import generate
 from distlab.recipes.lm.tasks.prompts import render_prompt
@@ -33,23 +34,27 @@ def exact_fp32():
 
 def test_cuda_greedy_backends_agree_tiny():
     model, tok = load_causal_lm("tiny:llama-2l", device="cuda")
-    ref = [c.token_ids for c in generate(model, tok, PROMPTS, max_new_tokens=24, temperature=0, backend="hf")]
-    eager = generate(model, tok, PROMPTS, max_new_tokens=24, temperature=0, backend="static", compile=False)
+    ref = [c.token_ids for c in generate(model, tok, PROMPTS,
+                                         SamplingConfig(max_completion_length=24, temperature=0, backend="hf"))]
+    eager = generate(model, tok, PROMPTS, SamplingConfig(max_completion_length=24, temperature=0, backend="static"),
+                     compile=False)
     assert [c.token_ids for c in eager] == ref
     for _ in range(2):
         t0 = time.perf_counter()
-        compiled = generate(model, tok, PROMPTS, max_new_tokens=24, temperature=0, backend="static", compile=True)
+        compiled = generate(model, tok, PROMPTS,
+                            SamplingConfig(max_completion_length=24, temperature=0, backend="static"), compile=True)
         assert [c.token_ids for c in compiled] == ref
     assert time.perf_counter() - t0 < 10, "the second compiled call recompiled"
     other = PROMPTS[:4] + ["abcd"]  # another prompt length in the same length bucket: no recompilation
     t0 = time.perf_counter()
-    generate(model, tok, other, max_new_tokens=24, temperature=0, backend="static", compile=True)
+    generate(model, tok, other, SamplingConfig(max_completion_length=24, temperature=0, backend="static"), compile=True)
     assert time.perf_counter() - t0 < 10
 
 
 def test_cuda_compiled_sampling_reproducible():
     model, tok = load_causal_lm("tiny:llama-2l", device="cuda")
-    kw = dict(max_new_tokens=16, temperature=1.0, top_p=0.9, n=2, backend="static", compile=True)
+    kw = dict(sampling=SamplingConfig(max_completion_length=16, temperature=1.0, top_p=0.9, backend="static"), n=2,
+              compile=True)
     a = generate(model, tok, PROMPTS, seed=5, **kw)
     b = generate(model, tok, PROMPTS, seed=5, **kw)
     assert [c.token_ids for c in a] == [c.token_ids for c in b]
@@ -65,7 +70,9 @@ def test_cuda_greedy_backends_agree_real_model():
     model, tok = load_causal_lm(_real_source(), device="cuda")
     prompts = [render_prompt(tok, q) for q in ("What is 2+2?", "Write a Python function that reverses a string.")]
     prompts.append("def fibonacci(n):")
-    ref = [c.token_ids for c in generate(model, tok, prompts, max_new_tokens=16, temperature=0, backend="hf")]
+    ref = [c.token_ids for c in generate(model, tok, prompts,
+                                         SamplingConfig(max_completion_length=16, temperature=0, backend="hf"))]
     for compile_flag in (False, True):
-        out = generate(model, tok, prompts, max_new_tokens=16, temperature=0, backend="static", compile=compile_flag)
+        out = generate(model, tok, prompts, SamplingConfig(max_completion_length=16, temperature=0, backend="static"),
+                       compile=compile_flag)
         assert [c.token_ids for c in out] == ref, f"compile={compile_flag}"

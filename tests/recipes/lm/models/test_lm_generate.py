@@ -3,11 +3,14 @@ sharing and a fixed static-cache shape change no token."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from lm_fixtures import needs_smollm2
 from distlab.errors import DistlabError
+from distlab.recipes.lm.config import SamplingConfig
 from distlab.recipes.lm.rollout.generate import eos_token_ids, generate
 from distlab.recipes.lm.rollout.stops import FINISH_EOS, FINISH_LENGTH, FINISH_STOP
 from distlab.recipes.lm.tasks.prompts import render_prompt
@@ -18,8 +21,8 @@ TINY_PROMPTS = ["abc", "x", "<|im_start|>user\nhello there, how are you?<|im_end
 
 def test_greedy_hf_equals_static_tiny(tiny):
     model, tok = tiny
-    hf = generate(model, tok, TINY_PROMPTS, max_new_tokens=24, temperature=0, backend="hf")
-    st = generate(model, tok, TINY_PROMPTS, max_new_tokens=24, temperature=0, backend="static")
+    hf = generate(model, tok, TINY_PROMPTS, SamplingConfig(max_completion_length=24, temperature=0, backend="hf"))
+    st = generate(model, tok, TINY_PROMPTS, SamplingConfig(max_completion_length=24, temperature=0, backend="static"))
     assert [c.token_ids for c in hf] == [c.token_ids for c in st]
     assert [c.text for c in hf] == [c.text for c in st]
     assert [c.finish_reason for c in hf] == [c.finish_reason for c in st]
@@ -33,8 +36,8 @@ def test_greedy_hf_equals_static_smollm2(smollm2):
     prompts = [render_prompt(tok, q) for q in
                ("What is 2+2?", "Write a Python function that reverses a string.")]
     prompts.append("def fibonacci(n):")  # plain text, no template, a different length
-    hf = generate(model, tok, prompts, max_new_tokens=16, temperature=0, backend="hf")
-    st = generate(model, tok, prompts, max_new_tokens=16, temperature=0, backend="static")
+    hf = generate(model, tok, prompts, SamplingConfig(max_completion_length=16, temperature=0, backend="hf"))
+    st = generate(model, tok, prompts, SamplingConfig(max_completion_length=16, temperature=0, backend="static"))
     assert [c.token_ids for c in hf] == [c.token_ids for c in st]
     assert all(c.token_ids for c in st)
 
@@ -43,7 +46,7 @@ def test_greedy_hf_equals_static_smollm2(smollm2):
 def test_sampling_reproducible_with_seed(tiny, backend):
     model, tok = tiny
     rng_before = torch.random.get_rng_state()
-    kw = dict(max_new_tokens=12, temperature=1.0, top_p=0.9, n=3, backend=backend)
+    kw = dict(sampling=SamplingConfig(max_completion_length=12, temperature=1.0, top_p=0.9, backend=backend), n=3)
     a = generate(model, tok, TINY_PROMPTS[:2], seed=7, **kw)
     b = generate(model, tok, TINY_PROMPTS[:2], seed=7, **kw)
     c = generate(model, tok, TINY_PROMPTS[:2], seed=8, **kw)
@@ -56,7 +59,8 @@ def test_sampling_reproducible_with_seed(tiny, backend):
 
 def test_static_generator_argument(tiny):
     model, tok = tiny
-    runs = [generate(model, tok, ["abc"], max_new_tokens=8, temperature=1.0, generator=torch.Generator().manual_seed(3))
+    runs = [generate(model, tok, ["abc"], SamplingConfig(max_completion_length=8, temperature=1.0),
+                     generator=torch.Generator().manual_seed(3))
             for _ in range(2)]
     assert runs[0][0].token_ids == runs[1][0].token_ids
 
@@ -64,11 +68,11 @@ def test_static_generator_argument(tiny):
 @pytest.mark.parametrize("backend", ["hf", "static"])
 def test_stop_string_cuts_text_and_is_not_truncated(tiny, backend):
     model, tok = tiny
-    full = generate(model, tok, TINY_PROMPTS, max_new_tokens=24, temperature=0, backend=backend)
+    full = generate(model, tok, TINY_PROMPTS, SamplingConfig(max_completion_length=24, temperature=0, backend=backend))
     row = next(i for i, c in enumerate(full) if c.finish_reason == FINISH_LENGTH)
     text = full[row].text
     stop = next(ch for ch in text[4:] if ch.isascii() and ch.isalnum())  # a character it produces late
-    cut = generate(model, tok, TINY_PROMPTS, max_new_tokens=24, temperature=0, backend=backend,
+    cut = generate(model, tok, TINY_PROMPTS, SamplingConfig(max_completion_length=24, temperature=0, backend=backend),
                    stop_strings=[stop, "never-produced"])[row]
     assert cut.finish_reason == FINISH_STOP and not cut.truncated
     assert cut.text == text[: text.index(stop)] and stop not in cut.text
@@ -79,13 +83,13 @@ def test_stop_string_cuts_text_and_is_not_truncated(tiny, backend):
 def test_truncation_flag(tiny):
     model, tok = tiny
     eos = eos_token_ids(model, tok)
-    for c in generate(model, tok, TINY_PROMPTS, max_new_tokens=24, temperature=0):
+    for c in generate(model, tok, TINY_PROMPTS, SamplingConfig(max_completion_length=24, temperature=0)):
         assert c.prompt_len == len(c.prompt_ids) > 0
         if c.truncated:
             assert c.finish_reason == FINISH_LENGTH and len(c.token_ids) == 24 and not eos & set(c.token_ids)
         else:
             assert c.finish_reason == FINISH_EOS and c.token_ids[-1] in eos and len(c.token_ids) <= 24
-    short = generate(model, tok, TINY_PROMPTS, max_new_tokens=2, temperature=0)
+    short = generate(model, tok, TINY_PROMPTS, SamplingConfig(max_completion_length=2, temperature=0))
     assert sum(c.truncated for c in short) >= 4 and all(len(c.token_ids) <= 2 for c in short)
 
 
@@ -99,7 +103,7 @@ def test_greedy_equal_when_rows_finish_early(monkeypatch):
 
     model, tok = load_causal_lm("tiny:llama-2l", seed=1)
     prompts = TINY_PROMPTS + ["hello", "zz top", "print(1)"]
-    free = generate(model, tok, prompts, max_new_tokens=20, temperature=0)
+    free = generate(model, tok, prompts, SamplingConfig(max_completion_length=20, temperature=0))
     # Make a token most rows produce at some point an extra end-of-turn token.
     counts = Counter(t for c in free for t in set(c.token_ids))
     extra = counts.most_common(1)[0][0]
@@ -108,23 +112,64 @@ def test_greedy_equal_when_rows_finish_early(monkeypatch):
     original = DynamicCache.batch_select_indices
     monkeypatch.setattr(DynamicCache, "batch_select_indices",
                         lambda self, idx: (selected.append(idx.numel()), original(self, idx))[1])
-    st = generate(model, tok, prompts, max_new_tokens=20, temperature=0, backend="static")
-    hf = generate(model, tok, prompts, max_new_tokens=20, temperature=0, backend="hf")
+    st = generate(model, tok, prompts, SamplingConfig(max_completion_length=20, temperature=0, backend="static"))
+    hf = generate(model, tok, prompts, SamplingConfig(max_completion_length=20, temperature=0, backend="hf"))
     assert selected, "no finished rows were dropped"
     assert [c.token_ids for c in hf] == [c.token_ids for c in st]
     assert sum(c.finish_reason == FINISH_EOS for c in st) >= len(prompts) // 2
 
 
-def test_generate_from_ids_matches_text_prompts(tiny):
-    from distlab.recipes.lm.rollout.generate import generate_from_ids
-
+def test_token_id_prompts_match_text_prompts(tiny):
+    """Prompts given as token ids (a multi-turn episode) sample what their texts do, through the one entry."""
     model, tok = tiny
-    by_text = generate(model, tok, TINY_PROMPTS[:3], max_new_tokens=10, temperature=0, n=2)
+    by_text = generate(model, tok, TINY_PROMPTS[:3], SamplingConfig(max_completion_length=10, temperature=0), n=2)
     ids = [tok(p, add_special_tokens=False)["input_ids"] for p in TINY_PROMPTS[:3]]
-    by_ids = generate_from_ids(model, tok, ids, max_new_tokens=10, temperature=0, n=2)
+    by_ids = generate(model, tok, ids, SamplingConfig(max_completion_length=10, temperature=0), n=2)
     assert [c.token_ids for c in by_ids] == [c.token_ids for c in by_text]
     assert [c.prompt_ids for c in by_ids] == [c.prompt_ids for c in by_text]
     assert [c.prompt_index for c in by_ids] == [0, 0, 1, 1, 2, 2]
+
+
+def test_the_sampling_settings_are_read_from_the_config(tiny):
+    """One ``SamplingConfig`` carries what every call site used to unpack by hand: its length, temperature, backend
+    and row compaction; greedy ignores ``top_p``, so a greedy evaluation needs no rule of its own for it."""
+    model, tok = tiny
+    greedy = SamplingConfig(max_completion_length=3, temperature=0, top_p=0.5, backend="hf")
+    out = generate(model, tok, TINY_PROMPTS, greedy)
+    assert all(len(c.token_ids) <= 3 for c in out) and sum(c.truncated for c in out) >= 4
+    plain = generate(model, tok, TINY_PROMPTS, replace(greedy, top_p=1.0, backend="static"))
+    assert [c.token_ids for c in out] == [c.token_ids for c in plain]
+    with pytest.raises(DistlabError, match="unknown generation backend 'vllm'"):
+        generate(model, tok, TINY_PROMPTS, replace(greedy, backend="vllm"))
+    with pytest.raises(DistlabError, match="sampling.max_completion_length must be >= 1"):
+        generate(model, tok, TINY_PROMPTS, replace(greedy, max_completion_length=0))
+
+
+def test_prompts_are_texts_or_token_ids_not_both(tiny):
+    model, tok = tiny
+    greedy = SamplingConfig(max_completion_length=2, temperature=0)
+    with pytest.raises(DistlabError, match="not a mix of both"):
+        generate(model, tok, ["abc", [97, 98]], greedy)
+    with pytest.raises(DistlabError, match="not one string"):
+        generate(model, tok, "abc", greedy)
+    assert generate(model, tok, [], greedy) == []
+
+
+def test_no_call_site_unpacks_the_sampling_settings():
+    """Every caller in the package passes its ``SamplingConfig`` (or a ``replace`` of it), never its fields."""
+    import ast
+    from pathlib import Path
+
+    import distlab
+
+    unpacked = {"max_new_tokens", "temperature", "top_p", "backend", "compact_rows"}
+    found = []
+    for path in Path(distlab.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("generate", "generate_from_ids")
+                    and unpacked & {k.arg for k in node.keywords}):
+                found.append(f"{path.name}:{node.lineno}")
+    assert found == []
 
 
 # --- prefix sharing and a fixed static-cache shape (issue 29) -------------------------------------------
@@ -195,7 +240,7 @@ def _first_token_logprobs(sampled_logits: list[torch.Tensor]) -> torch.Tensor:
 @pytest.mark.parametrize("cache_path", CACHE_PATHS, indirect=True)
 def test_shared_prefix_greedy_equals_unshared(tiny, cache_path, forward_rows):
     model, tok = tiny
-    kw = dict(max_new_tokens=24, temperature=0, n=3, compile=cache_path)
+    kw = dict(sampling=SamplingConfig(max_completion_length=24, temperature=0), n=3, compile=cache_path)
     unshared = generate(model, tok, TINY_PROMPTS, share_prefix=False, **kw)
     assert _prefill_rows(forward_rows) == 15
     shared = generate(model, tok, TINY_PROMPTS, **kw)
@@ -204,7 +249,8 @@ def test_shared_prefix_greedy_equals_unshared(tiny, cache_path, forward_rows):
     assert [c.finish_reason for c in shared] == [c.finish_reason for c in unshared]
     assert [c.prompt_index for c in shared] == [i // 3 for i in range(15)]
     # and the same tokens as one greedy row per prompt
-    single = generate(model, tok, TINY_PROMPTS, max_new_tokens=24, temperature=0, compile=cache_path)
+    single = generate(model, tok, TINY_PROMPTS, SamplingConfig(max_completion_length=24, temperature=0),
+                      compile=cache_path)
     assert [c.token_ids for c in shared[::3]] == [c.token_ids for c in single]
 
 
@@ -212,7 +258,8 @@ def test_shared_prefix_greedy_equals_unshared(tiny, cache_path, forward_rows):
 def test_shared_prefix_sampling_matches_unshared(tiny, cache_path, forward_rows, sampled_logits):
     model, tok = tiny
     prompts = TINY_PROMPTS[:3]
-    kw = dict(max_new_tokens=12, temperature=1.0, top_p=0.95, n=4, seed=11, compile=cache_path)
+    kw = dict(sampling=SamplingConfig(max_completion_length=12, temperature=1.0, top_p=0.95), n=4, seed=11,
+              compile=cache_path)
     unshared = generate(model, tok, prompts, share_prefix=False, **kw)
     assert _prefill_rows(forward_rows) == 12
     lp_unshared = _first_token_logprobs(sampled_logits)
@@ -233,7 +280,7 @@ def test_shared_prefix_sampling_matches_unshared(tiny, cache_path, forward_rows,
 @pytest.mark.parametrize("cache_path", CACHE_PATHS, indirect=True)
 def test_no_duplicate_prompts_prefill_unchanged(tiny, cache_path, forward_rows, sampled_logits):
     model, tok = tiny
-    kw = dict(max_new_tokens=16, temperature=1.0, seed=5, compile=cache_path)
+    kw = dict(sampling=SamplingConfig(max_completion_length=16, temperature=1.0), seed=5, compile=cache_path)
     off = generate(model, tok, TINY_PROMPTS, share_prefix=False, **kw)
     off_forwards, off_logits = list(forward_rows), list(sampled_logits)
     forward_rows.clear()
@@ -246,17 +293,17 @@ def test_no_duplicate_prompts_prefill_unchanged(tiny, cache_path, forward_rows, 
 
 def test_duplicates_found_anywhere_in_the_batch(tiny, forward_rows):
     """Sharing needs no argument: repeated prompts that are not adjacent (or come as ids) are found too."""
-    from distlab.recipes.lm.rollout.generate import distinct_prompts, generate_from_ids
+    from distlab.recipes.lm.rollout.generate import distinct_prompts
 
     assert distinct_prompts([[1, 2], [3], [1, 2], [1], [3]]) == ([0, 1, 3], [0, 1, 0, 2, 1])
     model, tok = tiny
     prompts = ["abc", "x", "abc", "0123456789", "x"]
-    shared = generate(model, tok, prompts, max_new_tokens=10, temperature=0)
+    shared = generate(model, tok, prompts, SamplingConfig(max_completion_length=10, temperature=0))
     assert _prefill_rows(forward_rows) == 3
     ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    by_ids = generate_from_ids(model, tok, ids, max_new_tokens=10, temperature=0, n=2)
+    by_ids = generate(model, tok, ids, SamplingConfig(max_completion_length=10, temperature=0), n=2)
     assert _prefill_rows(forward_rows) == 3
-    single = generate(model, tok, ["abc", "x", "0123456789"], max_new_tokens=10, temperature=0)
+    single = generate(model, tok, ["abc", "x", "0123456789"], SamplingConfig(max_completion_length=10, temperature=0))
     expected = [single[i].token_ids for i in (0, 1, 0, 2, 1)]
     assert [c.token_ids for c in shared] == expected
     assert [c.token_ids for c in by_ids] == [t for t in expected for _ in range(2)]
@@ -274,7 +321,7 @@ def test_fixed_cache_shape_reuses_one_static_cache(tiny, cache_path):
     longest = max_prompt_tokens(tok, short + long)
     assert longest == 150
     held = lambda: model.__dict__["_distlab_static_cache"]  # noqa: E731
-    kw = dict(max_new_tokens=8, temperature=0, n=2, compile=True)
+    kw = dict(sampling=SamplingConfig(max_completion_length=8, temperature=0), n=2, compile=True)
 
     generate(model, tok, short, **kw)
     key_short, cache_short = held()
@@ -290,7 +337,7 @@ def test_fixed_cache_shape_reuses_one_static_cache(tiny, cache_path):
     assert held()[1] is cache
     # the padding rows are invisible and the tokens are those of the dynamic-cache path
     assert len(a) == 4 and len(b) == 6
-    ref = generate(model, tok, short + long, max_new_tokens=8, temperature=0, n=2, compile=False)
+    ref = generate(model, tok, short + long, SamplingConfig(max_completion_length=8, temperature=0), n=2, compile=False)
     assert [c.token_ids for c in a + b] == [c.token_ids for c in ref]
     assert [c.prompt_index for c in b] == [0, 0, 1, 1, 2, 2]
 
@@ -298,12 +345,13 @@ def test_fixed_cache_shape_reuses_one_static_cache(tiny, cache_path):
 @pytest.mark.parametrize("cache_path", ["static"], indirect=True)
 def test_fixed_cache_shape_exceeded_warns_and_still_runs(tiny, cache_path, caplog):
     model, tok = tiny
-    kw = dict(max_new_tokens=8, temperature=0, compile=True)
+    kw = dict(sampling=SamplingConfig(max_completion_length=8, temperature=0), compile=True)
     with caplog.at_level("WARNING", logger="distlab"):
         out = generate(model, tok, [LONG_PROMPT, "x", "abc"], max_prompt_length=20, batch_rows=2, **kw)
     assert "exceeds max_prompt_length=20" in caplog.text and "exceed batch_rows=2" in caplog.text
     assert model.__dict__["_distlab_static_cache"][0][:2] == (3, 256)
-    ref = generate(model, tok, [LONG_PROMPT, "x", "abc"], max_new_tokens=8, temperature=0, compile=False)
+    ref = generate(model, tok, [LONG_PROMPT, "x", "abc"], SamplingConfig(max_completion_length=8, temperature=0),
+                   compile=False)
     assert [c.token_ids for c in out] == [c.token_ids for c in ref]
     with pytest.raises(DistlabError, match="batch_rows must be >= 1"):
         generate(model, tok, ["x"], batch_rows=0, **kw)
@@ -319,11 +367,13 @@ def test_compacted_rows_change_no_greedy_token(tiny, cache_path, forward_rows, m
     from distlab.recipes.lm.rollout import generate as gen
     model, tok = tiny
     monkeypatch.setattr(gen, "COMPACT_MIN_ROWS", 2)
-    kw = dict(max_new_tokens=40, temperature=0, n=4, compile=cache_path)
-    full = generate(model, tok, EARLY_AND_LATE, **kw)
+    greedy = SamplingConfig(max_completion_length=40, temperature=0)
+    compacting = replace(greedy, compact_rows=True)
+    kw = dict(n=4, compile=cache_path)
+    full = generate(model, tok, EARLY_AND_LATE, greedy, **kw)
     assert {rows for rows, _ in forward_rows[1:]} == {24}
     forward_rows.clear()
-    compact = generate(model, tok, EARLY_AND_LATE, compact_rows=True, **kw)
+    compact = generate(model, tok, EARLY_AND_LATE, compacting, **kw)
     decoded = [rows for rows, _ in forward_rows[1:]]
     assert decoded[0] == 24 and {12, 6} <= set(decoded) and decoded == sorted(decoded, reverse=True)
     assert [c.token_ids for c in compact] == [c.token_ids for c in full]
@@ -331,9 +381,9 @@ def test_compacted_rows_change_no_greedy_token(tiny, cache_path, forward_rows, m
     assert [len(c.token_ids) for c in full][::4] == [2, 10, 11, 13, 30, 40]
     # the smaller caches stay on the model for the next call, and go when the main cache's shape changes
     assert {k[0] for k in model.__dict__["_distlab_compact_caches"]} == {12, 6}
-    again = generate(model, tok, EARLY_AND_LATE, compact_rows=True, **kw)
+    again = generate(model, tok, EARLY_AND_LATE, compacting, **kw)
     assert [c.token_ids for c in again] == [c.token_ids for c in full]
-    generate(model, tok, EARLY_AND_LATE[:2], compact_rows=True, **kw)
+    generate(model, tok, EARLY_AND_LATE[:2], compacting, **kw)
     assert {k[0] for k in model.__dict__.get("_distlab_compact_caches", {})} <= {4, 2}
     model.__dict__.pop("_distlab_compact_caches", None)
 

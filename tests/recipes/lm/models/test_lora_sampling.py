@@ -36,8 +36,10 @@ def _logits(model, tok) -> torch.Tensor:
 
 def _greedy(model, tok) -> list[str]:
     from distlab.recipes.lm.rollout.generate import generate
+    from distlab.recipes.lm.config import SamplingConfig
 
-    return [c.text for c in generate(model, tok, PROMPTS, max_new_tokens=8, temperature=0.0, compile=False)]
+    return [c.text for c in generate(model, tok, PROMPTS, SamplingConfig(max_completion_length=8, temperature=0.0),
+                                     compile=False)]
 
 
 def _bytes(params) -> int:

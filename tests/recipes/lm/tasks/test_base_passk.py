@@ -33,3 +33,16 @@ def test_a_bad_split_is_one_line(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("base_passk: error: synthetic split 'test'")
+
+
+def test_the_evalplus_harness_scores_the_sanitized_mbpp_set(tmp_path, mbpp_dir):
+    out = tmp_path / "base.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "tiny:llama-2l", "--task", "mbpp", "--split", "sanitized",
+                           "--mbpp-dir", str(mbpp_dir), "--n", "3", "--prompt-mode", "text", "--harness", "evalplus",
+                           "--max-new-tokens", "8", "--chunk", "3", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(out.read_text())
+    assert res["harness"] == "evalplus" and res["task"] == "mbpp/sanitized" and res["n_problems"] == 3
+    assert [r["task_id"] for r in res["per_problem"]] == ["mbpp-sanitized/2", "mbpp-sanitized/3", "mbpp-sanitized/4"]
+    assert "evalplus harness" in proc.stdout

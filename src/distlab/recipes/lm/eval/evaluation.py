@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -16,6 +17,7 @@ from distlab.training.session import StopRequested, stop_requested
 
 from distlab.recipes.lm.config import EvalConfig, SamplingConfig
 from distlab.recipes.lm.eval.passk import bootstrap_ci, paired_comparison, pass_at_k_summary
+from distlab.recipes.lm.harnesses import HarnessPlan
 from distlab.recipes.lm.models.placed import gathered
 from distlab.recipes.lm.rewards.scorer import RewardScorer
 from distlab.recipes.lm.rollout.generate import generate
@@ -37,9 +39,19 @@ def prompts_per_call(sampling: SamplingConfig, step_rows: int, n: int = 1) -> in
     return sampling.chunk_prompts or max(1, step_rows // max(n, 1))
 
 
-def _scores(model, tok, tasks: list[Task], prompts: list[str], sampling: SamplingConfig, scorer: RewardScorer,
-            n: int, temperature: float, seed: int, step_rows: int, progress: Progress | None = None
-            ) -> tuple[np.ndarray, list[str]] | None:
+def harness_plan(harness: str, tasks: list[Task], tok, scorer: RewardScorer, few_shot: list[Task]) -> HarnessPlan:
+    """The prompts, stops and judging of ``evaluation.harness`` for ``tasks`` (:mod:`~distlab.recipes.lm.harnesses`):
+    ``distlab`` is training's own; ``evalplus`` is zero-shot, so ``few_shot`` is for ``distlab`` only."""
+    if harness == "evalplus":
+        from distlab.recipes.lm.harnesses.evalplus import evalplus_plan
+
+        return evalplus_plan(tasks, tok, scorer)
+    return HarnessPlan([prompt_text(t, tok, scorer.mode, few_shot) for t in tasks], stops_for(tasks, scorer.mode),
+                       scorer.submit)
+
+
+def _scores(model, tok, tasks: list[Task], plan: HarnessPlan, sampling: SamplingConfig, n: int, temperature: float,
+            seed: int, step_rows: int, progress: Progress | None = None) -> tuple[np.ndarray, list[str]] | None:
     """``([len(tasks), n] of 0/1 rewards, the completions prompt-major)``, with ``progress`` advanced by each generate
     call's prompts; None when a stop signal arrived first (the programs still queued for the sandbox are dropped),
     so that Ctrl-C waits for one generate call, not for the whole evaluation."""
@@ -47,17 +59,15 @@ def _scores(model, tok, tasks: list[Task], prompts: list[str], sampling: Samplin
         return np.zeros((0, n)), []
     futures, texts = [], []
     chunk = prompts_per_call(sampling, step_rows, n)
-    stops = stops_for(tasks, scorer.mode)
+    prompts = plan.prompts
     for start in range(0, len(tasks), chunk):
         if stop_requested():
             for f in futures:
                 f.cancel()
             return None
-        comps = generate(model, tok, prompts[start:start + chunk], max_new_tokens=sampling.max_completion_length,
-                         temperature=temperature, top_p=sampling.top_p if temperature > 0 else 1.0,
-                         stop_strings=stops, seed=seed + start, n=n, backend=sampling.backend,
-                         compact_rows=sampling.compact_rows)
-        futures += [scorer.submit(tasks[start + c.prompt_index], c.text) for c in comps]
+        comps = generate(model, tok, prompts[start:start + chunk], replace(sampling, temperature=temperature),
+                         stop_strings=plan.stops, seed=seed + start, n=n)
+        futures += [plan.submit(tasks[start + c.prompt_index], c.text) for c in comps]
         texts += [c.text for c in comps]
         if progress is not None:
             progress.advance(len(prompts[start:start + chunk]))
@@ -95,17 +105,17 @@ def evaluate_pass_at_k(model, tok, tasks: list[Task], few_shot: list[Task], samp
     (greedy, then sampled). A stop signal ends it early with :class:`StopRequested` on every rank."""
     mine = list(range(rt.rank, len(tasks), rt.world_size))
     local = [tasks[i] for i in mine]
-    prompts = [prompt_text(t, tok, scorer.mode, few_shot) for t in local]
+    plan = harness_plan(ev.harness, local, tok, scorer, few_shot)
     inner = unwrap(model)
     opened = progress or (lambda label, total: Progress(total, enabled=False))
     with gathered(model), torch.no_grad():
         with opened("greedy", len(local)) as bar:
-            greedy = _scores(inner, tok, local, prompts, sampling, scorer, 1, 0.0, seed, step_rows, bar)
+            greedy = _scores(inner, tok, local, plan, sampling, 1, 0.0, seed, step_rows, bar)
         sampled = None
         if ev.samples > 1 and greedy is not None:
             with opened(f"{ev.samples} samples each", len(local)) as bar:
-                sampled = _scores(inner, tok, local, prompts, sampling, scorer, ev.samples, ev.eval_temperature,
-                                  seed + 1, step_rows, bar)
+                sampled = _scores(inner, tok, local, plan, sampling, ev.samples, ev.eval_temperature, seed + 1,
+                                  step_rows, bar)
     stopped = greedy is None or (ev.samples > 1 and sampled is None)
     rows = [] if stopped else _rows(tasks, mine, greedy, sampled, ev)
     every = gathered_rows(rt, rows, stopped, tasks)

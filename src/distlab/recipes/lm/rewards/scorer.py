@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -28,6 +29,16 @@ class Verdict(NamedTuple):
     reward: float
     status: str
     stderr_tail: str
+
+
+class Judging(NamedTuple):
+    """Another harness's way of judging a completion (an evaluation's ``evaluation.harness``): the program it makes
+    of the completion, the tests that program must pass, and the run's time limit (None: ``sandbox.timeout_s``).
+    Without one, a completion is judged as training judges it (:func:`build_program`, ``task.tests``)."""
+
+    program: Callable[[Task, str], str]
+    tests: Callable[[Task], str]
+    time_limit: Callable[[Task], float | None]
 
 
 def split_tests(tests: str) -> list[str]:
@@ -61,8 +72,8 @@ class RewardScorer:
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def submit(self, task: Task, completion: str) -> Future:
-        return self.pool.submit(lambda: self.verdict(task, completion).reward)
+    def submit(self, task: Task, completion: str, judging: Judging | None = None) -> Future:
+        return self.pool.submit(lambda: self.verdict(task, completion, judging).reward)
 
     def submit_detailed(self, task: Task, completion: str) -> Future:
         return self.pool.submit(self.verdict, task, completion)
@@ -89,21 +100,24 @@ class RewardScorer:
         results = self.sandbox.run_many([(program, tests) for tests in jobs])
         return min(sum(r.passed for r in results), len(jobs) - 1) / len(jobs)
 
-    def verdict(self, task: Task, completion: str) -> Verdict:
-        """Runs the completion's program against the task's tests (in the calling thread); checks a math task's
-        final answer instead (no sandbox)."""
+    def verdict(self, task: Task, completion: str, judging: Judging | None = None) -> Verdict:
+        """Runs the completion's program against the task's tests (in the calling thread), or as ``judging`` says;
+        checks a math task's final answer instead (no sandbox)."""
         if task.kind == "math":
             reward, status, detail = check_answer(completion, task.answer)
             if status == "no_answer":  # counted with programs that hold no code: nothing usable came out
                 with self._lock:
                     self.counts["no_code"] += 1
             return Verdict(reward, status, detail)
-        program = build_program(task, completion, self.mode)
+        program = judging.program(task, completion) if judging else build_program(task, completion, self.mode)
         if not program:
             with self._lock:
                 self.counts["no_code"] += 1
             return Verdict(0.0, "no_code", "no Python code was found in the attempt")
-        result = self.sandbox.run(program, task.tests)
+        if judging:
+            result = self.sandbox.run(program, judging.tests(task), judging.time_limit(task))
+        else:
+            result = self.sandbox.run(program, task.tests)
         return Verdict(1.0 if result.passed else 0.0, result.status, result.stderr_tail)
 
     def take_counts(self) -> dict[str, float]:

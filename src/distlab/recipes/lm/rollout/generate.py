@@ -22,11 +22,11 @@ scratch cache of the shared prefill would keep only the window.
 
 One compiled graph per run (``static`` with ``compile``): the graph is specialised on the cache's
 (rows, length), and each new shape costs a recompilation and capture (35-39 s on a GPU). By default the
-shape follows each call (prompt length + ``max_new_tokens`` rounded up to 128, rows = prompts x n),
+shape follows each call (prompt length + ``sampling.max_completion_length`` rounded up to 128, rows = prompts x n),
 so a rollout with a longer prompt or fewer prompts recompiles. A caller that passes
 ``max_prompt_length`` (the longest prompt of its whole task set, see :func:`max_prompt_tokens`) and
 ``batch_rows`` (the rows of its largest call) fixes the shape for the run: the cache is sized for
-``max_prompt_length + max_new_tokens`` and smaller batches are padded with finished rows (copies of
+``max_prompt_length + sampling.max_completion_length`` and smaller batches are padded with finished rows (copies of
 the first prompt, so prefix sharing prefills them for free). A call that exceeds either still runs, on
 a larger cache, and logs a warning. Both are ignored where no ``StaticCache`` is used.
 
@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -55,6 +56,9 @@ from distlab.recipes.lm.models.parts import position_ids_from_mask, unwrap_model
 from distlab.recipes.lm.rollout.sampling import nonfinite_rows, sample_next
 from distlab.recipes.lm.rollout.stops import Completion, decode, finish, first_stop, stop_window_tokens
 from distlab.training.placement import compute_device
+
+if TYPE_CHECKING:
+    from distlab.recipes.lm.config import SamplingConfig
 
 BACKENDS = ("hf", "hf-static", "static")
 
@@ -117,81 +121,56 @@ def left_pad(prompt_ids: Sequence[Sequence[int]], pad: int, device) -> tuple[tor
 def generate(
     model,
     tokenizer,
-    prompts: Sequence[str],
-    max_new_tokens: int = 256,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    stop_strings: Sequence[str] = (),
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
+    prompts: Sequence[str] | Sequence[Sequence[int]],
+    sampling: SamplingConfig,
     *,
     n: int = 1,
-    backend: str = "static",
-    compile: bool | None = None,
-    stop_check_every: int = 4,
-    add_special_tokens: bool = False,
-    share_prefix: bool = True,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    stop_strings: Sequence[str] = (),
     max_prompt_length: int | None = None,
     batch_rows: int | None = None,
-    compact_rows: bool = False,
+    compile: bool | None = None,
+    share_prefix: bool = True,
+    stop_check_every: int = 4,
+    add_special_tokens: bool = False,
     on_step: Callable[[int], None] | None = None,
 ) -> list[Completion]:
-    """Sample ``n`` completions of each prompt; results are ordered prompt-major (``prompt_index``).
+    """Sample ``n`` completions of each prompt as ``sampling`` says; results are ordered prompt-major
+    (``prompt_index``).
 
-    ``temperature == 0`` is greedy. ``seed`` (or a ``generator``, ``static`` backend only) makes the
-    sampling reproducible without touching the global RNG. ``stop_strings`` end a completion when
-    its decoded text contains one (checked every ``stop_check_every`` tokens, cut exactly afterwards).
-    ``compile`` (default: on for CUDA), ``share_prefix`` (prefill each distinct prompt once),
-    ``max_prompt_length`` and ``batch_rows`` (fix the compiled cache shape for a whole run: the longest
-    prompt in tokens, and the rows = prompts x ``n`` of the largest call) and ``compact_rows`` (decode only
-    live rows on a smaller cache once most have finished) apply to the ``static`` backend only; see the
-    module docstring. ``on_step(k)`` is called after the k-th decode step (a progress hook: a call of a few
-    minutes is otherwise silent until it returns); it must not touch the device.
+    ``prompts`` are texts, tokenised here, or token-id lists taken as they are (a multi-turn episode, which must not
+    be re-tokenised). ``sampling`` is the run's :class:`~distlab.recipes.lm.config.SamplingConfig` (a caller
+    that samples differently, greedy evaluation or a guidance model's hints, passes a ``dataclasses.replace`` of it):
+    ``max_completion_length`` tokens at most, ``temperature`` (0 is greedy, and then ``top_p`` is not used),
+    ``top_p``, ``backend`` and ``compact_rows``. ``seed`` (or a ``generator``, ``static`` backend only) makes the
+    sampling reproducible without touching the global RNG. ``stop_strings`` end a completion when its decoded text
+    contains one (checked every ``stop_check_every`` tokens, cut exactly afterwards). ``compile`` (default: on for
+    CUDA), ``share_prefix`` (prefill each distinct prompt once), ``max_prompt_length`` and ``batch_rows`` (fix the
+    compiled cache shape for a whole run: the longest prompt in tokens, and the rows = prompts x ``n`` of the largest
+    call) and ``compact_rows`` (decode only live rows on a smaller cache once most have finished) apply to the
+    ``static`` backend only; see the module docstring. ``on_step(k)`` is called after the k-th decode step (a
+    progress hook: a call of a few minutes is otherwise silent until it returns); it must not touch the device.
     """
     if isinstance(prompts, str):
         raise DistlabError("generate() takes a list of prompts, not one string")
     device = compute_device(model)  # not its first parameter's: FSDP2's CPU offload keeps those on the host
-    prompt_list = [p for p in prompts for _ in range(n)]
-    if not prompt_list:
-        return []
-    input_ids, attention_mask, prompt_ids = encode_prompts(tokenizer, prompt_list, device, add_special_tokens)
-    options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows, compact_rows)
-    return _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n, max_new_tokens, temperature,
-                            top_p, stop_strings, seed, generator, backend, options, stop_check_every, on_step)
-
-
-def generate_from_ids(
-    model,
-    tokenizer,
-    prompt_ids: Sequence[Sequence[int]],
-    max_new_tokens: int = 256,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    stop_strings: Sequence[str] = (),
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    *,
-    n: int = 1,
-    backend: str = "static",
-    compile: bool | None = None,
-    stop_check_every: int = 4,
-    share_prefix: bool = True,
-    max_prompt_length: int | None = None,
-    batch_rows: int | None = None,
-    compact_rows: bool = False,
-    on_step: Callable[[int], None] | None = None,
-) -> list[Completion]:
-    """:func:`generate` for prompts already tokenised (multi-turn episodes that must not be re-tokenised)."""
-    device = compute_device(model)  # not its first parameter's: FSDP2's CPU offload keeps those on the host
-    rows = [list(p) for p in prompt_ids for _ in range(n)]
+    rows = [p for p in prompts for _ in range(n)]
     if not rows:
         return []
-    eos = eos_token_ids(model, tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
-    input_ids, attention_mask = left_pad(rows, pad, device)
-    options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows, compact_rows)
-    return _generate_padded(model, tokenizer, input_ids, attention_mask, rows, n, max_new_tokens, temperature,
-                            top_p, stop_strings, seed, generator, backend, options, stop_check_every, on_step)
+    if all(isinstance(p, str) for p in rows):
+        input_ids, attention_mask, prompt_ids = encode_prompts(tokenizer, rows, device, add_special_tokens)
+    elif not any(isinstance(p, str) for p in rows):
+        prompt_ids = [list(p) for p in rows]
+        eos = eos_token_ids(model, tokenizer)
+        input_ids, attention_mask = left_pad(prompt_ids, tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                                             else min(eos), device)
+    else:
+        raise DistlabError("generate() takes prompts as texts or as token-id lists, not a mix of both")
+    options = StaticOptions(compile, share_prefix, max_prompt_length, batch_rows, sampling.compact_rows)
+    return _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n,
+                            sampling.max_completion_length, sampling.temperature, sampling.top_p, stop_strings, seed,
+                            generator, sampling.backend, options, stop_check_every, on_step)
 
 
 def max_prompt_tokens(tokenizer, prompts: Sequence[str], add_special_tokens: bool = False) -> int:
@@ -208,7 +187,7 @@ def _generate_padded(model, tokenizer, input_ids, attention_mask, prompt_ids, n,
     if backend not in BACKENDS:
         raise DistlabError(f"unknown generation backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     if max_new_tokens < 1:
-        raise DistlabError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        raise DistlabError(f"sampling.max_completion_length must be >= 1, got {max_new_tokens}")
     device = input_ids.device
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)

@@ -16,9 +16,9 @@ from distlab.recipes.lm.tasks.jsonl import load_jsonl, row_tasks, task_from_row,
 from distlab.recipes.lm.tasks.math_jsonl import SCHEMA, jsonl_layout, load_math_jsonl
 from distlab.recipes.lm.tasks.math_synthetic import MATH_FAMILIES, MATH_FAMILIES_EVAL, MATH_FAMILIES_TRAIN, math_tasks
 from distlab.recipes.lm.tasks.mbpp import DEFAULT_MBPP_DIR, load_mbpp
-from distlab.recipes.lm.tasks.saved_dataset import is_dataset_dir, load_saved_dataset
 from distlab.recipes.lm.tasks.prompts import (build_program, chat_messages, stop_strings, text_completion,
                                               text_prompt)
+from distlab.recipes.lm.tasks.saved_dataset import is_dataset_dir, load_saved_dataset
 from distlab.recipes.lm.tasks.synthetic import FAMILIES, FAMILIES_EVAL, FAMILIES_TRAIN, synthetic_tasks
 from distlab.recipes.lm.tasks.task import Task
 
@@ -36,12 +36,13 @@ def load_tasks(source: str, split: str, *, mbpp_dir: str | os.PathLike[str] | No
     ``FILE.jsonl``: a user's own tasks (:mod:`.jsonl`, code or math rows; a built-in set written with
     ``write_jsonl(builtin_rows(...), FILE)`` is one), ``split`` unused. ``DIR``: a ``datasets`` directory saved
     with ``save_to_disk`` (:mod:`.saved_dataset`), ``split`` picks a DatasetDict's split. ``mbpp``: ``split`` is
-    train/validation/test/prompt or sanitized-<split>. ``humaneval``: split ``test`` (it is
-    an evaluation set only). ``synthetic``: split ``train`` or ``eval`` picks ``FAMILIES_TRAIN`` or the held-out
-    ``FAMILIES_EVAL`` unless ``families`` is given, and ``n`` tasks are drawn from ``seed``. For the real
-    benchmarks ``n`` keeps the first ``n`` tasks (quick runs). ``math`` (or ``math_synthetic``): synthetic word problems
-    with a final answer, as ``synthetic`` with ``MATH_FAMILIES_TRAIN``/``MATH_FAMILIES_EVAL``. A ``.jsonl`` file of
-    GSM8K (question/answer) or MATH (problem/solution) rows is read as math tasks (:mod:`.math_jsonl`).
+    train/validation/test/prompt, sanitized-<split>, or sanitized (every hand-verified task, 427). ``humaneval``:
+    split ``test`` (it is an evaluation set only). ``synthetic``: split ``train`` or ``eval`` picks
+    ``FAMILIES_TRAIN`` or the held-out ``FAMILIES_EVAL`` unless ``families`` is given, and ``n`` tasks are drawn
+    from ``seed``. For the real benchmarks ``n`` keeps the first ``n`` tasks (quick runs). ``math`` (or
+    ``math_synthetic``): synthetic word problems with a final answer, as ``synthetic`` with
+    ``MATH_FAMILIES_TRAIN``/``MATH_FAMILIES_EVAL``. A ``.jsonl`` file of GSM8K (question/answer) or MATH
+    (problem/solution) rows is read as math tasks (:mod:`.math_jsonl`).
     """
     if str(source).endswith(".jsonl"):  # a user's own tasks; the file is the split
         layout = jsonl_layout(source)

@@ -15,8 +15,9 @@ def register(data_subparsers) -> None:
     p = data_subparsers.add_parser("tasks", help="write a built-in LM task set (mbpp, humaneval, synthetic, math) "
                                                   "as JSONL rows to edit and train on")
     p.add_argument("source", help="mbpp | humaneval | synthetic | math")
-    p.add_argument("--split", default=None, help="mbpp: train, validation, test, sanitized-*; humaneval: test; "
-                                                 "synthetic/math: train or eval (default: train; humaneval: test)")
+    p.add_argument("--split", default=None, help="mbpp: train, validation, test, sanitized-*, sanitized (all 427); "
+                                                 "humaneval: test; synthetic/math: train or eval (default: train; "
+                                                 "humaneval: test)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.jsonl")
     p.add_argument("--n", type=int, default=None, help="synthetic/math: tasks to draw (required for them)")
     p.add_argument("--seed", type=int, default=0, help="synthetic/math: the draw's seed")
