@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from distlab.choices import Choice
 from distlab.placement import ModelSettings
+from distlab.recipes.lm.envs.config import EnvConfig
 from distlab.recipes.lm.pg_loss import ScaleRewards, SequenceLoss
 from distlab.recipes.lm.settings import LMRecipeConfig
 
@@ -66,6 +67,8 @@ class GRPOConfig(LMRecipeConfig):
     shuffle_rewards: bool = False
     log_completions: int = 0  # every N steps, log this rank's sampled completions with their rewards (0 = off)
     models: dict[str, ModelSettings] = field(default_factory=_models)
+    # multi-turn episodes (lm/envs): env.name=code_feedback|math_tool, env.max_turns=N; "" = one reply per prompt
+    env: EnvConfig = field(default_factory=EnvConfig)
     # ``async`` is a Python keyword: the field is ``async_``, the keys users write are ``async.*`` (ALIASES)
     async_: AsyncConfig = field(default_factory=AsyncConfig)
 
