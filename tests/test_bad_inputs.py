@@ -196,6 +196,13 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("grpo-overlong-buffer", ["train", "grpo", "reward_funcs=[tests,overlong]", "overlong_buffer=999"],
      ["overlong_buffer=999"]),
     ("score-kl-k1", ["train", "score", "kl=k1"], ["kl=k1", "zero expected gradient"]),
+    ("grpo-env-typo", ["train", "grpo", "env.name=code_feedbak"], ["env.name='code_feedbak'", "did you mean code_feedback"]),
+    ("grpo-env-turns-0", ["train", "grpo", "env.name=code_feedback", "env.max_turns=0"], ["env.max_turns=0", ">= 1"]),
+    ("grpo-env-observation", ["train", "grpo", "env.name=code_feedback", "env.max_observation_tokens=4"],
+     ["env.max_observation_tokens=4"]),
+    ("grpo-env-fraction", ["train", "grpo", "env.name=code_feedback", "reward_funcs=[tests_fraction]"],
+     ["tests_fraction", "env.name=code_feedback", "use tests"]),
+    ("grpo-env-kind", ["train", "grpo", "env.name=math_tool"], ["env.name=math_tool plays math tasks", "code tasks"]),
     # --- LM recipes: values read only inside a rank, now checked once before launch (issue 32)
     ("grpo-top-p-2", ["train", "grpo", "sampling.top_p=2"], ["sampling.top_p=2", "(0, 1]"]),
     ("grpo-top-p-0", ["train", "grpo", "sampling.top_p=0"], ["sampling.top_p=0"]),

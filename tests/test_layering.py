@@ -37,7 +37,7 @@ LM_FLOORS: list[tuple[str, ...]] = [
     ("__init__", "config"),
     ("models", "tasks"),
     ("pg", "rollout", "rewards", "harnesses", "checks", "memory"),
-    ("eval",),
+    ("eval", "envs"),
 ]
 
 

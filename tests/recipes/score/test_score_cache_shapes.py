@@ -17,6 +17,7 @@ def _setting(args, key):
 def test_turn1_turn2_and_guidance_calls_keep_one_cache_shape_each(monkeypatch):
     from distlab.launch.launcher import preflight
     from distlab.recipes.lm.rollout import generate as gen
+    from distlab.recipes.lm.envs import rollout as env_rollout
     from distlab.recipes.lm.models.source import load_causal_lm
     from distlab.recipes.lm.rewards.scorer import RewardScorer
     from distlab.recipes.lm.tasks.select import task_split
@@ -46,7 +47,8 @@ def test_turn1_turn2_and_guidance_calls_keep_one_cache_shape_each(monkeypatch):
             return out
         return call
 
-    monkeypatch.setattr(rollout, "generate", recorded(gen.generate))
+    monkeypatch.setattr(rollout, "generate", recorded(gen.generate))  # the guidance's hints
+    monkeypatch.setattr(env_rollout, "generate", recorded(gen.generate))  # the policy's turns (the envs' driver)
     players = rollout.Players(policy, tok, "text", guide, gtok, "text")
     players.shapes = cache_shapes(cfg, 1, players_as_models(players), tasks, few_shot)
     g = cfg.num_generations

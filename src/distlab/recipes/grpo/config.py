@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from distlab.choices import Choice
 from distlab.config import ModelSettings
 from distlab.recipes.lm.config import LMRecipeConfig, ScaleRewards, SequenceLoss
+from distlab.recipes.lm.envs.config import EnvConfig
 
 
 class LrSchedule(Choice):
@@ -50,7 +51,7 @@ class GRPOConfig(LMRecipeConfig):
     loss_type: SequenceLoss = SequenceLoss.grpo
     scale_rewards: ScaleRewards = ScaleRewards.group
     mask_truncated_completions: bool = False
-    # rewards: sum_i reward_weights[i] * reward_funcs[i] (lm/rewards/functions.py):
+    # rewards: sum_i reward_weights[i] * reward_funcs[i] (lm/reward_funcs.py):
     # tests | tests_fraction | format | overlong | module:fn
     reward_funcs: list[str] = field(default_factory=_tests)
     reward_weights: list[float] = field(default_factory=list)  # empty: every weight 1
@@ -65,6 +66,8 @@ class GRPOConfig(LMRecipeConfig):
     shuffle_rewards: bool = False
     log_completions: int = 0  # every N steps, log this rank's sampled completions with their rewards (0 = off)
     models: dict[str, ModelSettings] = field(default_factory=_models)
+    # multi-turn episodes (lm/envs): env.name=code_feedback|math_tool, env.max_turns=N; "" = one reply per prompt
+    env: EnvConfig = field(default_factory=EnvConfig)
     # ``async`` is a Python keyword: the field is ``async_``, the keys users write are ``async.*`` (ALIASES)
     async_: AsyncConfig = field(default_factory=AsyncConfig)
 

@@ -26,12 +26,14 @@ def train(cfg: GRPOConfig, session) -> dict:
 def check(cfg: GRPOConfig, world_size: int) -> None:
     """Settings that cannot work together, named before any process starts."""
     from distlab.recipes.lm.checks import check_groups, check_kl, check_roles
+    from distlab.recipes.lm.envs.checks import check_env
     from distlab.recipes.lm.rewards.functions import check_rewards
 
     check_groups(cfg, world_size)
     check_roles(cfg.models, ("policy",), {"reference": "the KL anchor must not move"})
     check_kl(cfg.kl, {"beta": cfg.beta})
     check_rewards(cfg.reward_funcs, cfg.reward_weights, cfg.reward_timeout_s)
+    check_env(cfg.env, cfg.reward_funcs)
     if "overlong" in cfg.reward_funcs and not 0 < cfg.overlong_buffer < cfg.sampling.max_completion_length:
         raise DistlabError(f"overlong_buffer={cfg.overlong_buffer} must lie between 0 and "
                            f"sampling.max_completion_length={cfg.sampling.max_completion_length} (exclusive)")
@@ -63,10 +65,14 @@ def check_off_policy(cfg: GRPOConfig) -> None:
 
 def validate(cfg: GRPOConfig, world_size: int) -> None:
     from distlab.recipes.lm.checks import check_settings, check_sources
+    from distlab.recipes.lm.envs.checks import check_env_tasks
+    from distlab.recipes.lm.tasks.select import train_tasks
 
     check(cfg, world_size)
     check_settings(cfg)
     check_sources(cfg)
+    if cfg.env.name:
+        check_env_tasks(cfg.env, {t.kind for t in train_tasks(cfg.task)})
 
 
 def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
@@ -76,12 +82,12 @@ def evaluate_checkpoint(cfg: GRPOConfig, session, ckpt: Path) -> dict:
 
 
 def model_spec(cfg: GRPOConfig) -> list[ModelSpec]:
-    from distlab.recipes.lm.rollout.generate import max_prompt_tokens
+    from distlab.recipes.grpo.episodes import prompt_bound
     from distlab.recipes.lm.memory import lm_specs, training_prompts
 
     rollouts = max(1, cfg.prompts_per_step * cfg.num_generations)
-    tok, _, _, prompts = training_prompts(cfg)
-    seq = max_prompt_tokens(tok, prompts) + cfg.sampling.max_completion_length  # as train.py sizes the cache
+    tok, tasks, few_shot, _ = training_prompts(cfg)
+    seq = prompt_bound(cfg, tok, tasks, few_shot) + cfg.sampling.max_completion_length  # as train.py sizes the cache
     return lm_specs(cfg, ["policy"] + (["reference"] if cfg.beta > 0 else []), rollouts, seq)
 
 

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 
 from distlab.recipes.grpo.config import GRPOConfig
+from distlab.recipes.grpo.episodes import (env_metrics, env_rollout, evaluate_episodes, first_prompts, policy_tokens,
+                                           prompt_bound)
 from distlab.recipes.grpo.off_policy import RolloutsAhead
 from distlab.recipes.lm.eval.evaluation import evaluate_pass_at_k, logged_evaluation, paired_fields
 from distlab.recipes.lm.models.placed import SamplingCopy, gathered, load_placed
@@ -34,10 +36,10 @@ from distlab.recipes.lm.pg.update import frozen_logprobs, policy_update
 from distlab.recipes.lm.pg.warmup import supervised_warmup
 from distlab.recipes.lm.rewards.functions import RewardFunctions, Sample
 from distlab.recipes.lm.rewards.scorer import RewardScorer
-from distlab.recipes.lm.rollout.generate import generate, max_prompt_tokens
+from distlab.recipes.lm.rollout.generate import generate
 from distlab.recipes.lm.rollout.seeds import control_permutation, rollout_seed
 from distlab.recipes.lm.tasks import Task
-from distlab.recipes.lm.tasks.prompts import prompt_text, stops_for
+from distlab.recipes.lm.tasks.prompts import stops_for
 from distlab.recipes.lm.tasks.select import task_split
 from distlab.run.logs import Progress, mark_peak, peak_memory
 from distlab.runtime.dist import module_checksum
@@ -85,8 +87,7 @@ def train(cfg: GRPOConfig, session) -> dict:
     evaluate = partial(_evaluate, cfg, session, sampling.module, tok, held_out, few_shot, scorer)
     parts = Parts(policy, sampling, reference, opt, tok, few_shot, scorer,
                   reward_functions(cfg, scorer),
-                  max_prompt_length=max_prompt_tokens(
-                      tok, [prompt_text(t, tok, cfg.model.prompt_mode, few_shot) for t in tasks]),
+                  max_prompt_length=prompt_bound(cfg, tok, tasks, few_shot),
                   phase=session.phase)
 
     def one_step(step: int) -> dict:
@@ -127,6 +128,8 @@ def rollout(cfg: GRPOConfig, parts: Parts, tasks: list[Task], prompts: list[str]
 
     A rollout of minutes (a real model on a CPU) shows its decode steps, rate and ETA (an upper bound: completions
     may stop before ``max_completion_length``) through ``parts.phase``."""
+    if cfg.env.name:  # multi-turn episodes in an environment
+        return env_rollout(cfg, parts, tasks, prompts, seed, partial(_rollout_progress, parts))
     chunk = cfg.sampling.chunk_prompts or len(tasks)
     stops = stops_for(tasks, parts.scorer.mode)
     comps, started = [], []
@@ -181,7 +184,7 @@ class Rollouts:
 def start_rollouts(cfg: GRPOConfig, parts: Parts, local: list[Task], seed: int, times: dict[str, float]) -> Rollouts:
     """G completions of each prompt, their programs already submitted to the sandbox."""
     t0 = time.perf_counter()
-    prompts = [prompt_text(t, parts.tok, cfg.model.prompt_mode, parts.few_shot) for t in local]
+    prompts = first_prompts(cfg, parts.tok, local, parts.few_shot)
     comps, started = rollout(cfg, parts, local, prompts, seed)
     times["generate_s"] = times.get("generate_s", 0.0) + time.perf_counter() - t0
     return Rollouts(prompts, comps, started)
@@ -308,7 +311,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
         loss, stats = policy_loss(logp, batch.old[m], batch.ref[m], adv[sl[0]].to(device).float(), batch.mask[sl],
                                   epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high or cfg.epsilon, beta=cfg.beta,
                                   kl=cfg.kl, loss_type=cfg.loss_type, norm=batch.norm,
-                                  max_completion_length=cfg.sampling.max_completion_length, world_size=rt.world_size,
+                                  max_completion_length=policy_tokens(cfg), world_size=rt.world_size,
                                   entropy=ent, entropy_coef=cfg.entropy_coef, is_weight=weight)
         return loss, {**stats, **extra}
 
@@ -328,6 +331,8 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
         _log_completions(session, step + 1, prompts, comps, per_func, rewards)
     metrics = _step_metrics(rt, cfg, rewards, zero_var, comps, sums, parts.scorer, times, gnorm, batch.norm)
     metrics |= importance_metrics(rt, sums, is_max[0] if ro.behaviour is not None else None, step, ro.version)
+    if cfg.env.name:
+        metrics |= env_metrics(rt, comps)
     means = rt.reduce_sums({name: sum(v) for name, v in per_func.items()} | {"refill_rounds": float(rounds)}
                            | first_round_sums(first))
     return {**metrics, **{f"rewards/{name}": means[name] / (len(comps) * rt.world_size) for name in per_func},
@@ -396,7 +401,8 @@ def update_layout(cfg: GRPOConfig, parts: Parts, comps: list) -> Layout:
     pad = parts.tok.pad_token_id if parts.tok.pad_token_id is not None else 0
     order = by_length([len(c.prompt_ids) + len(c.token_ids) for c in comps])
     ordered = [comps[i] for i in order.tolist()]
-    ids, attn, comp = sequences([c.prompt_ids for c in ordered], [c.token_ids for c in ordered], pad, device)
+    ids, attn, comp = sequences([c.prompt_ids for c in ordered], [c.token_ids for c in ordered], pad, device,
+                                [getattr(c, "mask", None) for c in ordered])  # an episode's: its policy tokens
     truncated = torch.tensor([c.truncated for c in ordered], device=device)
     return Layout(order, ids, attn, comp, truncated, micro_batches(len(comps), cfg.micro_batch_size, attn))
 
@@ -482,12 +488,23 @@ def _step_metrics(rt, cfg, rewards, zero_var, comps, sums, scorer, times, gnorm,
 
 def _evaluate(cfg, session, policy, tok, tasks, few_shot, scorer, step: int, split: str) -> dict:
     def run(progress) -> dict:
-        return evaluate_pass_at_k(policy, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer, session.rt,
-                                  seed=cfg.run.seed + 31, step_rows=cfg.rows_per_rank(session.rt.world_size),
-                                  progress=progress)
+        out = evaluate_pass_at_k(policy, tok, tasks, few_shot, cfg.sampling, cfg.evaluation, scorer, session.rt,
+                                 seed=cfg.run.seed + 31, step_rows=cfg.rows_per_rank(session.rt.world_size),
+                                 progress=progress)
+        if cfg.env.name:  # the episodes too: what the environment's turns add
+            played = evaluate_episodes(cfg, policy, tok, tasks, few_shot, scorer, session.rt, cfg.run.seed + 31,
+                                       progress)
+            out["metrics"] |= played["metrics"]
+            for row, episode in zip(out["per_problem"], played["per_problem"]):
+                row.update(episode)
+        return out
 
     def describe(m: dict) -> str:
-        return f"pass@1 {m['pass@1']:.3f} [{m['pass@1_low']:.3f}, {m['pass@1_high']:.3f}] on {m['n_problems']} problems"
+        said = f"pass@1 {m['pass@1']:.3f} [{m['pass@1_low']:.3f}, {m['pass@1_high']:.3f}] on {m['n_problems']} problems"
+        if "env_return" in m:
+            said += (f"; {cfg.env.name} episodes: return {m['env_return']:.3f} [{m['env_return_low']:.3f}, "
+                     f"{m['env_return_high']:.3f}] in {m['env_turns']:.2f} turns")
+        return said
 
     return logged_evaluation(session, step, split, run, describe)
 
@@ -502,4 +519,9 @@ def _with_comparison(final: dict, start: dict | None) -> dict:
                                       "delta_high": "high", "delta_significant": "significant",
                                       "delta_fixed": "candidate_only", "delta_broken": "baseline_only",
                                       "mcnemar_p": "mcnemar_p"}))
+        if "episode_return" in start["per_problem"][0]:  # env.name: the episodes' return, paired the same way
+            metrics.update(paired_fields([r["episode_return"] for r in start["per_problem"]],
+                                         [r["episode_return"] for r in final["per_problem"]],
+                                         {"start_env_return": "mean_baseline", "delta_env_return": "diff",
+                                          "delta_env_return_low": "low", "delta_env_return_high": "high"}))
     return metrics

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import torch
 
 from distlab.errors import DistlabError
+from distlab.recipes.lm.envs.chat_turns import next_user_turn
+from distlab.recipes.lm.envs.trajectory import encode, encode_pieces
 from distlab.recipes.lm.rollout.stops import FINISH_LENGTH, FINISH_STOP, Completion
 from distlab.recipes.lm.tasks import Task, chat_messages
 from distlab.recipes.lm.tasks.prompts import (chat_instruction, FENCE_CLOSE, FENCE_OPEN, is_math, render_prompt,
@@ -60,10 +62,6 @@ class Episode:
         return self.hint.text.strip() if self.hint is not None else ""
 
 
-def encode(tok, text: str) -> list[int]:
-    return tok(text, add_special_tokens=False)["input_ids"] if text else []
-
-
 def execution_feedback(task: Task, status: str, tail: str) -> str:
     """One line on turn 1's test result: passed, or the failing status and the tail of its error output (the
     failing assert). Shown to the guidance (``hint_sees_execution``) or the policy (``policy_sees_execution``)."""
@@ -99,50 +97,17 @@ def turn2_pieces(task: Task, tok, mode: str, prompt1: str, y1: Completion, hint:
         raise DistlabError(f"prompt mode {mode!r} is not one of chat, text")
     user = (f"{feedback}\n" if feedback else "") + (f"Hint: {hint}\n" if hint else "") + \
         f"{instruction}\n{chat_instruction(task)}"
-    messages = [*chat_messages(task, few_shot=few_shot), {"role": "assistant", "content": y1.text},
-                {"role": "user", "content": user}]
-    full = render_prompt(tok, messages)
-    reply = y1.text.strip()
-    at = full.find(reply, len(prompt1)) if reply else len(prompt1)
-    if not full.startswith(prompt1) or at < 0:
-        raise DistlabError("the chat template does not render turn 1's prompt and reply as a prefix of the two-turn "
-                           "conversation; use model.prompt_mode=text for this model")
-    suffix = full[at + len(reply):]
-    eos = tok.eos_token or ""
-    if y1.finish_reason == "eos" and eos and suffix.lstrip(" ").startswith(eos):  # y1's ids already end the turn
-        suffix = suffix.lstrip(" ")[len(eos):]
-    return _split(suffix, [(feedback, ROLE_FEEDBACK), (hint, ROLE_HINT), (instruction, ROLE_INSTR)])
-
-
-def _split(text: str, marked: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """Cut ``text`` around each marked substring (in order); the rest is glue."""
-    out, pos = [], 0
-    for sub, role in marked:
-        if not sub:
-            continue
-        at = text.find(sub, pos)
-        if at < 0:
-            raise DistlabError(f"internal: {sub[:30]!r} not found in the rendered turn-2 prompt")
-        if at > pos:
-            out.append((text[pos:at], ROLE_GLUE))
-        out.append((sub, role))
-        pos = at + len(sub)
-    if pos < len(text):
-        out.append((text[pos:], ROLE_GLUE))
-    return out
+    return next_user_turn(tok, chat_messages(task, few_shot=few_shot), prompt1, y1, user,
+                          [(feedback, ROLE_FEEDBACK), (hint, ROLE_HINT), (instruction, ROLE_INSTR)], ROLE_GLUE)
 
 
 def turn2_prompt(ep: Episode, tok, mode: str, prompt1: str, hint: str, instruction: str,
                  few_shot: Sequence[Task] = (), restate: bool = False, feedback: str = ""
                  ) -> tuple[list[int], list[int]]:
     """``(ids, roles)`` of the turn-2 prompt: the episode so far (x, y1) plus feedback, hint and instruction."""
-    ids, roles = list(ep.ids), list(ep.roles)
-    for text, role in turn2_pieces(ep.task, tok, mode, prompt1, ep.y1, hint, instruction, few_shot, restate,
-                                   feedback):
-        piece = encode(tok, text)
-        ids += piece
-        roles += [role] * len(piece)
-    return ids, roles
+    ids, roles = encode_pieces(tok, turn2_pieces(ep.task, tok, mode, prompt1, ep.y1, hint, instruction, few_shot,
+                                                 restate, feedback))
+    return list(ep.ids) + ids, list(ep.roles) + roles
 
 
 def guidance_prompt(task: Task, y1_text: str, tok, mode: str, execution: tuple[str, str] | None) -> str:

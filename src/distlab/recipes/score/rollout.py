@@ -1,5 +1,7 @@
 """Playing episodes: turn 1, an optional hint, turn 2 (and turn 2 again without the hint), all scored.
 
+The two turns are one environment of ``lm/envs`` (:class:`~.env.SelfCorrection`), played by its driver as GRPO's
+multi-turn episodes are; the guidance's hints and the evaluation's turn 2 without the hint are this module's.
 The same code serves training (G sampled turn-1 attempts per prompt) and evaluation (one greedy
 episode per problem), so the metrics of the two are computed on identical episodes.
 """
@@ -7,25 +9,29 @@ episode per problem), so the metrics of the two are computed on identical episod
 from __future__ import annotations
 
 import ast
-from concurrent.futures import Future
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
+from distlab.recipes.lm.envs.api import resolved
+from distlab.recipes.lm.envs.rollout import Sampler, progress_ticks
+from distlab.recipes.lm.envs.rollout import play as play_episodes
+from distlab.recipes.lm.envs.trajectory import encode_pieces
 from distlab.recipes.lm.models.placed import gathered
 from distlab.recipes.lm.rewards.scorer import RewardScorer
 from distlab.recipes.lm.rollout.generate import generate
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.prompts import build_program, is_math, prompt_text, stops_for
-from distlab.recipes.score.episode import (ROLE_PROMPT, ROLE_Y1, ROLE_Y2, Episode, execution_feedback,
-                                           guidance_prompt, turn2_prompt)
+from distlab.recipes.score.env import SelfCorrection, SelfCorrectionSetup, take_turn1
+from distlab.recipes.score.episode import Episode, execution_feedback, guidance_prompt, turn2_pieces
 from distlab.run.logs import Progress
 from distlab.training.wrap import unwrap
 
-SEED_HINT, SEED_TURN2, SEED_NO_HINT = 1_000_003, 2_000_003, 3_000_017
+SEED_HINT, SEED_NO_HINT = 1_000_003, 3_000_017  # turn 2: the driver's seed + TURN_SEED
 
 
 @dataclass(frozen=True)
@@ -69,84 +75,64 @@ def play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer:
                      bar)
 
 
-def _ticks(bar: Progress | None, width: int) -> Callable[[int], None]:
-    """``generate``'s ``on_step`` for a call of ``width`` tokens starting where ``bar`` stands; called with ``width``
-    after the call, it moves ``bar`` to the call's end (completions that all stopped early end a call early)."""
-    if bar is None:
-        return lambda k: None
-    start = bar.done
-    return lambda k: bar.update(start + min(k, width))
-
-
 def _play(cfg, players: Players, tasks: list[Task], few_shot: list[Task], scorer: RewardScorer, n: int,
           temperature: float, hint_temperature: float, seed: int, no_hint: bool, fixed: bool,
           bar: Progress | None = None) -> list[Episode]:
+    """The two turns played as one batch of :class:`~.env.SelfCorrection` episodes by the environments' driver,
+    then (``no_hint``, with a guidance model) turn 2 sampled again without the hint, and every reward taken."""
     s = replace(cfg.sampling, temperature=temperature)
     shapes = players.shapes if fixed else CacheShapes()
-    on_policy = dict(max_prompt_length=shapes.policy_prompt, batch_rows=shapes.rows)
     tok, mode = players.tok, players.mode
     prompts1 = [prompt_text(t, tok, mode, few_shot) for t in tasks]
-    stops = stops_for(tasks, mode)
-    inner = unwrap(players.policy)
-    with gathered(players.policy), torch.no_grad():
-        tick = _ticks(bar, s.max_completion_length)
-        y1s = generate(inner, tok, prompts1, s, stop_strings=stops, seed=seed, n=n, on_step=tick, **on_policy)
-        tick(s.max_completion_length)
-    episodes = []
-    for c in y1s:
-        ep = Episode(task=tasks[c.prompt_index], group=c.prompt_index)
-        ep.extend(c.prompt_ids, ROLE_PROMPT)
-        ep.y1 = c
-        ep.extend(c.token_ids, ROLE_Y1)
-        episodes.append(ep)
-    first = [scorer.submit_detailed(ep.task, ep.y1.text) for ep in episodes]
-    # turn 1's test results are waited for before turn 2 only when a model must read them; otherwise the sandbox
-    # runs them while turn 2 is generated
-    early = cfg.policy_sees_execution or (cfg.hint_sees_execution and players.guidance is not None)
-    if early:
-        _take_turn1(episodes, first, cfg.error_tail_chars)
+    hints = None
     if players.guidance is not None:
-        gprompts = [guidance_prompt(ep.task, ep.y1.text, players.gtok, players.guide_mode,
-                                    (ep.exec_status, ep.exec_tail) if cfg.hint_sees_execution else None)
+        hints = partial(_hints, cfg, players, replace(s, temperature=hint_temperature,
+                                                      max_completion_length=cfg.hint_max_tokens),
+                        seed + SEED_HINT, shapes, bar)
+    setup = SelfCorrectionSetup(cfg, tok, mode, few_shot, scorer, hints)
+    envs = [SelfCorrection(task, i, prompts1[i], setup) for i, task in enumerate(tasks) for _ in range(n)]
+    sampler = Sampler(unwrap(players.policy), tok, s, max_prompt_length=shapes.policy_prompt, batch_rows=shapes.rows,
+                      gather=players.policy)
+    played = play_episodes(sampler, envs, seed=seed, pool=scorer.pool, ticks=partial(progress_ticks, bar))
+    episodes = [env.episode for env in envs]
+    for ep, t in zip(episodes, played):
+        ep.ids, ep.roles = t.ids, t.roles
+    y2b = None
+    if no_hint and players.guidance is not None:  # the hint's effect: turn 2 again on the same y1, no hint
+        feedback = [execution_feedback(ep.task, ep.exec_status, ep.exec_tail) if cfg.policy_sees_execution else ""
                     for ep in episodes]
-        with gathered(players.guidance), torch.no_grad():
-            tick = _ticks(bar, cfg.hint_max_tokens)
-            hints = generate(unwrap(players.guidance), players.gtok, gprompts,
-                             replace(s, temperature=hint_temperature, max_completion_length=cfg.hint_max_tokens),
-                             stop_strings=("\n",) if players.guide_mode == "text" else (), seed=seed + SEED_HINT,
-                             max_prompt_length=shapes.guidance_prompt, batch_rows=shapes.rows, on_step=tick)
-            tick(cfg.hint_max_tokens)
-        for ep, h in zip(episodes, hints):
-            ep.hint, ep.hint_prompt_ids = h, list(h.prompt_ids)
-    feedback = [execution_feedback(ep.task, ep.exec_status, ep.exec_tail) if cfg.policy_sees_execution else ""
-                for ep in episodes]
-    with_hint = [turn2_prompt(ep, tok, mode, prompts1[ep.group], ep.hint_text, cfg.instruction, few_shot,
-                              cfg.restate_problem, fb)
-                 for ep, fb in zip(episodes, feedback)]
-    bare = ([turn2_prompt(ep, tok, mode, prompts1[ep.group], "", cfg.instruction, few_shot,
-                          cfg.restate_problem, fb) for ep, fb in zip(episodes, feedback)]
-            if no_hint and players.guidance is not None else None)
-    with gathered(players.policy), torch.no_grad():
-        tick = _ticks(bar, s.max_completion_length)
-        y2s = generate(inner, tok, [ids for ids, _ in with_hint], s, stop_strings=stops, seed=seed + SEED_TURN2,
-                       on_step=tick, **on_policy)
+        bare = [t.prompt_ids + ep.y1.token_ids + encode_pieces(tok, turn2_pieces(
+                    ep.task, tok, mode, prompts1[ep.group], ep.y1, "", cfg.instruction, few_shot, cfg.restate_problem,
+                    fb))[0] for ep, t, fb in zip(episodes, played, feedback)]
+        tick = progress_ticks(bar, s.max_completion_length)
+        with gathered(players.policy), torch.no_grad():
+            y2b = generate(unwrap(players.policy), tok, bare, s, stop_strings=stops_for(tasks, mode),
+                           seed=seed + SEED_NO_HINT, on_step=tick)
         tick(s.max_completion_length)
-        tick = _ticks(bar if bare is not None else None, s.max_completion_length)
-        y2b = (generate(inner, tok, [ids for ids, _ in bare], s, stop_strings=stops, seed=seed + SEED_NO_HINT,
-                        on_step=tick) if bare is not None else None)
-        tick(s.max_completion_length)
-    for ep, (ids, roles), c in zip(episodes, with_hint, y2s):
-        ep.ids, ep.roles, ep.y2 = list(ids), list(roles), c
-        ep.extend(c.token_ids, ROLE_Y2)
-    second = [scorer.submit(ep.task, ep.y2.text) for ep in episodes]
     no_hint_f = [scorer.submit(ep.task, c.text) for ep, c in zip(episodes, y2b)] if y2b is not None else None
-    if not early:
-        _take_turn1(episodes, first, cfg.error_tail_chars)
-    for i, ep in enumerate(episodes):
-        ep.r2 = float(second[i].result())
+    if not setup.waits_for_turn1:
+        take_turn1(envs, cfg.error_tail_chars)
+    for i, (ep, t) in enumerate(zip(episodes, played)):
+        ep.r2 = resolved(t.rewards[1])
         ep.kept = unchanged(ep.task, ep.y1.text, ep.y2.text, mode)
         ep.r2_no_hint = float(no_hint_f[i].result()) if no_hint_f is not None else None
     return episodes
+
+
+def _hints(cfg, players: Players, sampling, seed: int, shapes: CacheShapes, bar: Progress | None,
+           episodes: list[Episode]) -> None:
+    """The guidance model's hint for every episode after its y1 (one batched call), with what it was asked."""
+    gprompts = [guidance_prompt(ep.task, ep.y1.text, players.gtok, players.guide_mode,
+                                (ep.exec_status, ep.exec_tail) if cfg.hint_sees_execution else None)
+                for ep in episodes]
+    with gathered(players.guidance), torch.no_grad():
+        tick = progress_ticks(bar, cfg.hint_max_tokens)
+        hints = generate(unwrap(players.guidance), players.gtok, gprompts, sampling,
+                         stop_strings=("\n",) if players.guide_mode == "text" else (), seed=seed,
+                         max_prompt_length=shapes.guidance_prompt, batch_rows=shapes.rows, on_step=tick)
+        tick(cfg.hint_max_tokens)
+    for ep, h in zip(episodes, hints):
+        ep.hint, ep.hint_prompt_ids = h, list(h.prompt_ids)
 
 
 def unchanged(task: Task, y1: str, y2: str, mode: str) -> bool:
@@ -164,9 +150,3 @@ def _tree(code: str) -> str:
         return ast.dump(ast.parse(code))
     except (SyntaxError, ValueError):
         return code
-
-
-def _take_turn1(episodes: list[Episode], futures: list[Future], tail_chars: int) -> None:
-    for ep, f in zip(episodes, futures):
-        r, status, tail = f.result()
-        ep.r1, ep.exec_status, ep.exec_tail = float(r), status, tail[-tail_chars:] if tail_chars > 0 else ""

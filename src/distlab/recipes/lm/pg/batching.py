@@ -5,19 +5,28 @@ from __future__ import annotations
 import torch
 
 
-def sequences(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad: int, device: torch.device
+def sequences(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad: int, device: torch.device,
+              completion_masks: list[list[int] | None] | None = None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``prompt + completion`` rows, their attention mask and the completion-token mask."""
+    """Right-padded ``prompt + completion`` rows, their attention mask and the mask of the trained tokens: every
+    completion token, or where a row's ``completion_masks`` entry (one 0/1 per completion token; a multi-turn
+    episode's policy tokens, not the environment's) says 1."""
     lengths = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
     width = max(lengths)
     ids = torch.full((len(lengths), width), pad, dtype=torch.long)
     attn = torch.zeros((len(lengths), width), dtype=torch.long)
     comp = torch.zeros((len(lengths), width), dtype=torch.bool)
-    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+    masks = completion_masks or [None] * len(lengths)
+    for i, (p, c, m) in enumerate(zip(prompt_ids, completion_ids, masks)):
         row = p + c
         ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
         attn[i, :len(row)] = 1
-        comp[i, len(p):len(row)] = True
+        if m is None:
+            comp[i, len(p):len(row)] = True
+        else:
+            if len(m) != len(c):
+                raise ValueError(f"row {i}: {len(c)} completion tokens but a mask of {len(m)}")
+            comp[i, len(p):len(row)] = torch.tensor(m, dtype=torch.bool)
     return ids.to(device), attn.to(device), comp.to(device)
 
 
