@@ -470,16 +470,31 @@ def apply_scaling(cfg: Any, world_size: int, batch_keys: tuple[str, ...], lr_key
 def resolve_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any:
     """A recipe's schema + presets + overrides -> dataclass instance (DistlabError on any bad input).
 
-    This is the one place every value passes through (launcher, every rank, doctor, --show-config),
-    so the value checks live here and a bad number never reaches a process that would crash on it.
+    This is the one place every value passes through (the launcher, rank 0 of a job started without it, the doctor,
+    --show-config), so the value checks live here and a bad number never reaches a process that would crash on it.
     """
-    paths = [find_preset(p, recipe.presets_dir) for p in presets]
-    cfg = to_object(compose(recipe.config, paths, overrides, getattr(recipe, "aliases", None)))
+    return resolve_with_smoke(recipe, presets, overrides)[0]
+
+
+def resolve_with_smoke(recipe: Any, presets: list[str], overrides: list[str]) -> tuple[Any, str | None]:
+    """:func:`resolve_config` and the log line of a smoke run (:func:`smoke_line`) from one composition, for a
+    process that resolves a run once and hands both on (the launcher to its ranks, rank 0 to the others)."""
+    cfg = composed_config(recipe, presets, overrides)
+    line = None
     if getattr(cfg.run, "smoke", False):
-        for key, _, after in smoke_changes(recipe, cfg):
+        changes = smoke_changes(recipe, cfg)
+        for key, _, after in changes:
             _set(cfg, key, after)
+        line = _smoke_text(changes)
     check_values(recipe, cfg)
-    return cfg
+    return cfg, line
+
+
+def composed_config(recipe: Any, presets: list[str], overrides: list[str]) -> Any:
+    """Schema, presets and overrides merged, before the smoke settings and the value checks: what a rank reads only to
+    know how to join its job (``dist.*``) before rank 0 hands it the resolved config."""
+    paths = [find_preset(p, recipe.presets_dir) for p in presets]
+    return to_object(compose(recipe.config, paths, overrides, getattr(recipe, "aliases", None)))
 
 
 def smoke_changes(recipe: Any, cfg: Any) -> list[tuple[str, Any, Any]]:
@@ -507,11 +522,11 @@ def smoke_changes(recipe: Any, cfg: Any) -> list[tuple[str, Any, Any]]:
 
 def smoke_line(recipe: Any, presets: list[str], overrides: list[str]) -> str | None:
     """The one log line of a smoke run, saying what ``run.smoke=true`` changed (None when it is off)."""
-    paths = [find_preset(p, recipe.presets_dir) for p in presets]
-    cfg = to_object(compose(recipe.config, paths, overrides, getattr(recipe, "aliases", None)))
-    if not getattr(cfg.run, "smoke", False):
-        return None
-    changed = ", ".join(f"{key} {before}->{after}" for key, before, after in smoke_changes(recipe, cfg))
+    return resolve_with_smoke(recipe, presets, overrides)[1]
+
+
+def _smoke_text(changes: list[tuple[str, Any, Any]]) -> str:
+    changed = ", ".join(f"{key} {before}->{after}" for key, before, after in changes)
     return (f"run.smoke: a short check run ({changed or 'nothing to shrink: the config is already as small'}); "
             f"leave out --smoke / run.smoke=true for the real run")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distlab.config import finalize_config, resolve_config
+from distlab.config import finalize_config, resolve_config, resolve_with_smoke, to_yaml
 from distlab.errors import DistlabError
 from distlab.recipe import load_recipe
 from distlab.runtime.dist import detect_env, port_is_free
@@ -114,21 +114,27 @@ def preflight(recipe_name: str, presets: list[str], overrides: list[str], world_
     before its dataset exists. ``any_machine`` (``doctor --recipe``, which plans runs for other machines too)
     does not hold the GPUs a placement names against the ones this machine has.
     """
-    from distlab.training.placement import check_config
-
     recipe = load_recipe(recipe_name)
     cfg = resolve_config(recipe, presets, overrides)
     cfg, _ = finalize_config(recipe, cfg, world_size)
-    if show_only:
-        return recipe, cfg
+    if not show_only:
+        check_before_start(recipe, cfg, world_size, procs_per_node or world_size, any_machine)
+    return recipe, cfg
+
+
+def check_before_start(recipe: Any, cfg: Any, world_size: int, procs_per_node: int, any_machine: bool = False
+                       ) -> None:
+    """The checks of a resolved and finalized config that need this machine or the recipe: the run directory, the
+    placement against the GPUs here, the device, the recipe's own ``validate``."""
+    from distlab.training.placement import check_config
+
     check_run_dir(cfg.run.dir, cfg.run.name)
     gpus = None if any_machine else _visible_gpus()
-    check_config(cfg, procs_per_node or world_size, gpus)
+    check_config(cfg, procs_per_node, gpus)
     if gpus is not None:
         check_device(cfg.dist.device, gpus)
     if recipe.validate is not None:
         recipe.validate(cfg, world_size)
-    return recipe, cfg
 
 
 def check_device(device: str, visible_gpus: int) -> None:
@@ -145,12 +151,11 @@ def _visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def ranks_per_node(nproc: int, opts: LaunchOptions, recipe_name: str, presets: list[str], overrides: list[str]
-                   ) -> int:
+def ranks_per_node(nproc: int, opts: LaunchOptions, devices_per_rank: int) -> int:
     """With ``--gpus N`` and ``dist.devices_per_rank=K`` a node runs N/K ranks of K GPUs each."""
     if opts.gpus is None or opts.gpus == 0:
         return nproc
-    k = resolve_config(load_recipe(recipe_name), presets, overrides).dist.devices_per_rank
+    k = devices_per_rank
     if k < 1 or nproc % k:
         raise DistlabError(f"--gpus {nproc} is not a multiple of dist.devices_per_rank={k}; use --gpus "
                            f"{max(k, nproc - nproc % k) if k >= 1 else 1}")
@@ -183,28 +188,40 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
                                                       eval_output))
     nproc, pinned = world_plan(opts)
     overrides = [*pinned, *overrides]
-    nproc = ranks_per_node(nproc, opts, recipe_name, presets, overrides)
-    recipe, cfg = preflight(recipe_name, presets, overrides, nproc * opts.nodes, nproc)
+    recipe = load_recipe(recipe_name)
+    cfg, smoke = resolve_with_smoke(recipe, presets, overrides)  # the one resolution: the ranks take it (handoff)
+    nproc = ranks_per_node(nproc, opts, cfg.dist.devices_per_rank)
+    cfg, scaling = finalize_config(recipe, cfg, nproc * opts.nodes)
+    check_before_start(recipe, cfg, nproc * opts.nodes, nproc)
     if memory_check is not None:
         memory_check(recipe, cfg, presets, overrides, nproc, opts, eval_checkpoint is not None)
     # the run name is fixed here so that every restart (and every node) lands in the same directory
     overrides = [*overrides, f"run.name={cfg.run.name}"]
     os.environ["DISTLAB_CMDLINE"] = cmdline or rerun_command(sys.argv[1:])
-    worker_args = worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint, eval_output)
     single = nproc * opts.nodes == 1 and opts.max_restarts == 0
     if not single and opts.master_port and opts.nodes == 1 and not port_is_free(opts.master_port):
         raise DistlabError(f"MASTER_PORT {opts.master_port} is busy; pick another --master-port")
+    import shutil
+
+    from distlab.launch.handoff import ResolvedRun, write_handoff
     from distlab.run.rundir import RunLock
 
     run_dir = Path(cfg.run.dir) / cfg.run.name
     # one lock per run, taken by the first node's launcher: on a shared file system the other nodes' launchers
     # would find it taken by their own job and refuse to start
     lock = _acquire(RunLock(run_dir)) if eval_checkpoint is None and opts.node_rank == 0 else None
+    # the launcher's own folder: the config its ranks run (resolved above, not again by them) and their exit lines
+    folder = _exits_dir()
     try:
+        handoff = (write_handoff(folder / "resolved.json", ResolvedRun(to_yaml(cfg), scaling, smoke))
+                   if folder is not None else None)
+        worker_args = worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint, eval_output, handoff)
         if single:
             return worker.main(worker_args)
-        return _torchrun(nproc, opts, worker_args, run_dir, cfg.dist.timeout_s)
+        return _torchrun(nproc, opts, worker_args, run_dir, cfg.dist.timeout_s, folder)
     finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
         if lock is not None:
             lock.release()
 
@@ -441,10 +458,11 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: Path, timeout_s: float) -> int:
-    """Run the ranks under torchrun's agent, with signals forwarded and failures explained."""
-    import shutil
-
+def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: Path, timeout_s: float,
+              exits_dir: Path | None) -> int:
+    """Run the ranks under torchrun's agent, with signals forwarded and failures explained; each failing rank also
+    leaves its exit line in ``exits_dir`` (:func:`_exits_dir`), off the run's disk, so a full run disk still gets
+    explained."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser
@@ -454,8 +472,6 @@ def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: 
 
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
-    # each failing rank also leaves its exit line here, off the run's disk: a full run disk still gets explained
-    exits_dir = _exits_dir()
     if exits_dir is not None:
         os.environ[EXIT_DIR_ENV] = str(exits_dir)
     logs_at = _log_sizes(run_dir)  # rank logs are appended to across resumes: only what this job writes counts
@@ -509,13 +525,12 @@ def _torchrun(nproc: int, opts: LaunchOptions, worker_args: list[str], run_dir: 
         os.environ.pop(LAUNCHER_PID_ENV, None)
         os.environ.pop(EXIT_DIR_ENV, None)
         sh.SubprocessHandler.close, sh.SubprocessHandler._popen = original_close, original_popen
-        if exits_dir is not None:
-            shutil.rmtree(exits_dir, ignore_errors=True)
     return _preempted(run_dir, forward.first) or (_stopped_at_once(forward.hard) if forward.hard else 0)
 
 
 def _exits_dir(tmp: str | None = None) -> Path | None:
-    """A fresh temporary folder for the ranks' exit lines (None if there is no writable temp dir).
+    """A fresh temporary folder for the launcher's hand-off and its ranks' exit lines (None if there is no writable
+    temp dir).
 
     Its name carries this launcher's pid; folders left by launchers that were SIGKILLed (so never
     cleaned up) are removed here, by the next launcher of the same user.

@@ -15,18 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
-from distlab.config import finalize_config, resolve_config, smoke_line, to_object, to_yaml
+from distlab.config import composed_config, finalize_config, resolve_config, resolve_with_smoke, to_yaml
 from distlab.errors import DistlabError, InRunError
+from distlab.launch.handoff import ResolvedRun, read_handoff
 from distlab.recipe import Recipe, load_recipe
 from distlab.run.logs import log_metrics_table, setup_logging
 from distlab.run.rundir import RunLock, checkpoints_dir, eval_dir, manifest, write_manifest
-from distlab.runtime.dist import PeerLostError, init_runtime, shutdown
+from distlab.runtime.dist import PeerLostError, Runtime, detect_env, init_runtime, shutdown
 from distlab.training.session import Session, StopRequested, install_stop_handlers, stop_signal
 
 log = logging.getLogger("distlab")
 _HELD: list[RunLock] = []  # the run lock lives as long as this process
+_AGREED: list[Any] = []  # this process's config once its job agreed on it (read by the out-of-memory report)
 LAUNCHER_PID_ENV = "DISTLAB_LAUNCHER_PID"
 EXIT_DIR_ENV = "DISTLAB_EXIT_DIR"  # the launcher's folder where each failing rank leaves its exit line
 PEER_LOST = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe", "connection refused",
@@ -64,18 +65,42 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def start_session(recipe: Recipe, presets: list[str], overrides: list[str], eval_output: Path | None = None
-                  ) -> Session:
+def agree_config(recipe: Recipe, presets: list[str], overrides: list[str], handoff: Path | None = None
+                 ) -> tuple[ResolvedRun, Any, Runtime]:
+    """Join the job with one config on every rank, resolved once: by the launcher (``handoff``), else by rank 0.
+
+    A rank must know ``dist.*`` to join before anything can be sent to it. With a hand-off every rank reads them
+    there; without one rank 0 resolves the config and the others only compose it (no smoke settings, no checks, no
+    run name) to read them. Once joined, every rank takes what rank 0 broadcasts. A config rank 0 refuses is refused
+    on every rank with rank 0's line: rank 0 joins anyway, so no rank waits for it until the timeout.
+    """
+    run, refused, joining, smoke = None, None, None, None
+    if handoff is not None:
+        run = read_handoff(handoff)
+        joining = run.config_of(recipe)
+    elif detect_env().rank == 0:
+        try:
+            joining, smoke = resolve_with_smoke(recipe, presets, overrides)
+        except DistlabError as exc:
+            refused = str(exc)
+    if joining is None:
+        joining = composed_config(recipe, presets, overrides)
+    d = joining.dist
+    rt = init_runtime(d.backend, d.device, d.timeout_s, devices_per_rank=d.devices_per_rank)
+    if rt.is_main and run is None and refused is None:
+        cfg, scaling = finalize_config(recipe, joining, rt.world_size)
+        run = ResolvedRun(to_yaml(cfg), scaling, smoke)
+    run, refused = rt.broadcast_object((run, refused))
+    if refused is not None:
+        raise DistlabError(refused)
+    return run, run.config_of(recipe), rt
+
+
+def start_session(recipe: Recipe, presets: list[str], overrides: list[str], eval_output: Path | None = None,
+                  handoff: Path | None = None) -> Session:
     """Join the job, agree on the config, prepare the run directory (or, for eval, its own output folder)."""
-    cfg = resolve_config(recipe, presets, overrides)
-    rt = init_runtime(cfg.dist.backend, cfg.dist.device, cfg.dist.timeout_s,
-                      devices_per_rank=cfg.dist.devices_per_rank)
-    payload = None
-    if rt.is_main:
-        cfg, scaling = finalize_config(recipe, cfg, rt.world_size)
-        payload = (to_yaml(cfg), scaling)
-    payload = rt.broadcast_object(payload)
-    cfg = to_object(OmegaConf.merge(OmegaConf.structured(recipe.config), OmegaConf.create(payload[0])))
+    run, cfg, rt = agree_config(recipe, presets, overrides, handoff)
+    _AGREED[:] = [cfg]
     run_dir = Path(cfg.run.dir) / cfg.run.name if eval_output is None else Path(eval_output)
     if rt.is_main and eval_output is None:
         lock = RunLock(run_dir)
@@ -84,7 +109,7 @@ def start_session(recipe: Recipe, presets: list[str], overrides: list[str], eval
     if rt.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
-        write_manifest(run_dir, manifest(rt, recipe.name, cfg.run.name, payload[1]))
+        write_manifest(run_dir, manifest(rt, recipe.name, cfg.run.name, run.scaling))
     rt.barrier("run directory ready")
     setup_logging(run_dir, rt.rank)
     log.debug("start")
@@ -94,19 +119,18 @@ def start_session(recipe: Recipe, presets: list[str], overrides: list[str], eval
                                     (rt.rank, os.getpid(), os.uname().nodename), None))
     if rt.is_main:
         log.info("run %s: %s x %d (%s), dir %s", cfg.run.name, rt.device.type, rt.world_size, rt.launcher, run_dir)
-        smoke = smoke_line(recipe, presets, overrides) if eval_output is None else None
-        if smoke:
-            log.info("%s", smoke)
+        if run.smoke and eval_output is None:
+            log.info("%s", run.smoke)
     ckpt_root = checkpoints_dir(Path(cfg.run.dir) / cfg.run.name)
-    return Session(cfg, rt, recipe.name, run_dir, payload[1], ckpt_root=ckpt_root, eval_mode=eval_output is not None)
+    return Session(cfg, rt, recipe.name, run_dir, run.scaling, ckpt_root=ckpt_root, eval_mode=eval_output is not None)
 
 
 def run(recipe_name: str, presets: list[str], overrides: list[str], eval_checkpoint: Path | None = None,
-        eval_output: Path | None = None) -> dict:
+        eval_output: Path | None = None, handoff: Path | None = None) -> dict:
     recipe = load_recipe(recipe_name)
     if eval_checkpoint is not None and eval_output is None:
         eval_output = eval_dir(eval_checkpoint)
-    session = start_session(recipe, presets, overrides, eval_output)
+    session = start_session(recipe, presets, overrides, eval_output, handoff)
     ended = False
     try:
         if eval_checkpoint is not None:
@@ -159,9 +183,13 @@ def _evaluate(recipe: Recipe, session: Session, ckpt: Path) -> dict:
 
 
 def worker_argv(recipe: str, presets: list[str], overrides: list[str], eval_checkpoint: Path | None = None,
-                eval_output: Path | None = None) -> list[str]:
-    """The command line of one rank (what the launcher hands to torchrun); :func:`main` parses it."""
+                eval_output: Path | None = None, handoff: Path | None = None) -> list[str]:
+    """The command line of one rank (what the launcher hands to torchrun); :func:`main` parses it. ``handoff``: the
+    config the launcher resolved (:mod:`distlab.launch.handoff`), which the rank runs; the presets and overrides stay on the
+    line to show what it runs."""
     flags = [x for p in presets for x in ("--config", p)]
+    if handoff is not None:
+        flags += ["--resolved", str(Path(handoff).resolve())]
     if eval_checkpoint is not None:
         flags += ["--eval", str(Path(eval_checkpoint).resolve())]
     if eval_output is not None:
@@ -175,6 +203,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--config", action="append", default=[])
     p.add_argument("--eval", dest="eval_checkpoint", type=Path, default=None)
     p.add_argument("--eval-output", dest="eval_output", type=Path, default=None)
+    p.add_argument("--resolved", dest="handoff", type=Path, default=None)
     a, a.overrides = p.parse_known_args(argv)
     return a
 
@@ -186,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ``rank<R>.log`` that the launcher reads to say which rank failed first and why.
     """
     a = _parse(list(sys.argv[1:] if argv is None else argv))
+    _AGREED.clear()
     rank = os.environ.get("RANK", "0")
     if os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get(LAUNCHER_PID_ENV):
         die_with_parent()
@@ -194,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     # model (DDP's reducer, hence the gloo group), and freeing it at the end of the clause can deadlock
     # (see _leave); a rank of a multi-rank job must never outlive its error line.
     try:
-        result = run(a.recipe, a.config, a.overrides, a.eval_checkpoint, a.eval_output)
+        result = run(a.recipe, a.config, a.overrides, a.eval_checkpoint, a.eval_output, a.handoff)
     except DistlabError as exc:
         return _leave(_fail(rank, "peer" if isinstance(exc, PeerLostError) else "error", str(exc), 2))
     except torch.OutOfMemoryError:
@@ -244,7 +274,9 @@ def _oom_line(a: argparse.Namespace, rank: str) -> str:
 
     try:
         recipe = load_recipe(a.recipe)
-        return oom_message(recipe, resolve_config(recipe, a.config, a.overrides), rank)
+        # the config this rank runs; resolved here only for an out-of-memory error before the job agreed on one
+        cfg = _AGREED[0] if _AGREED else resolve_config(recipe, a.config, a.overrides)
+        return oom_message(recipe, cfg, rank)
     except Exception:
         return f"CUDA out of memory on rank {rank}; see `distlab doctor --recipe {a.recipe}` for the estimate"
 
