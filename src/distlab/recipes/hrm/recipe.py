@@ -61,6 +61,9 @@ def validate(cfg: HRMConfig, world_size: int) -> None:
 
         for split in ("train", "test"):
             load_split(path, split)
+    from distlab.recipes.hrm.eval_data import check_before_start
+
+    check_before_start(cfg, path, built)
 
 
 # Upper bound of eval.samples: pass@100 (the largest k reported) needs 100; 1024 leaves room for vote studies
@@ -90,25 +93,29 @@ def _validate_eval(cfg: HRMConfig) -> None:
 
 
 def evaluate_checkpoint(cfg: HRMConfig, session, ckpt: Path) -> dict:
-    """Scores the EMA weights when the run kept them (TRM evaluates its average), on any world size."""
+    """Scores the EMA weights when the run kept them (TRM evaluates its average), on any world size, on data.path's
+    test split and then each of eval.also's; a dataset the model cannot read is refused before it is built."""
     from distlab.recipes.hrm.data.format import load_split
-    from distlab.recipes.hrm.evaluation import evaluate
+    from distlab.recipes.hrm.eval_data import (MODEL_KEYS, check_also, check_readable, label, score_also,
+                                               timed_evaluate, trained_signature)
     from distlab.recipes.hrm.optim import SparseSignSGD
-    from distlab.recipes.hrm.train import build, metadata_dict, track_state
-    from distlab.training.wrap import unwrap
+    from distlab.recipes.hrm.train import build, evaluation_weights, metadata_dict, track_state
 
     data_dir = cfg.data.resolved_path()
+    trained = trained_signature(ckpt)  # None: a checkpoint from before it was recorded; data.path's train split then
+    if trained is not None:
+        check_readable(trained, data_dir)
+    check_also(cfg, trained)
     test = load_split(data_dir, "test")
-    model, opts, ema = build(cfg, session, metadata_dict(load_split(data_dir, "train")))
+    meta = {k: trained[k] for k in MODEL_KEYS} if trained else metadata_dict(load_split(data_dir, "train"))
+    model, opts, ema = build(cfg, session, meta)
     track_state(session, model, [o for o in opts if not isinstance(o, SparseSignSGD)], ema)
-    meta = session.load_checkpoint(ckpt)
+    loaded = session.load_checkpoint(ckpt)
     save_dir = session.run_dir if session.rt.is_main else None  # eval mode: the evaluation's own folder
-    if ema is not None:
-        with ema.apply_to(unwrap(model)):
-            metrics = evaluate(cfg, session, model, test, save_dir=save_dir)
-    else:
-        metrics = evaluate(cfg, session, model, test, save_dir=save_dir)
-    return {"step": meta["step"], "weights": "ema" if ema is not None else "raw", **metrics}
+    with evaluation_weights(model, ema):
+        metrics, also = timed_evaluate(cfg, session, model, test, save_dir), score_also(cfg, session, model, save_dir)
+    return {"step": loaded["step"], "weights": "ema" if ema is not None else "raw", **label(data_dir),
+            **({"trained_on": trained["path"]} if trained else {}), **metrics, **({"also": also} if also else {})}
 
 
 def model_spec(cfg: HRMConfig):

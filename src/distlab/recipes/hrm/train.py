@@ -8,6 +8,7 @@ exactly where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -21,6 +22,7 @@ from distlab.errors import DistlabError
 from distlab.recipes.hrm.batch import make_batch
 from distlab.recipes.hrm.config import HRMConfig
 from distlab.recipes.hrm.data.format import PuzzleSplit, load_split
+from distlab.recipes.hrm.eval_data import TRAINED_ON, data_signature, model_metadata, score_also, short_name
 from distlab.recipes.hrm.evaluation import evaluate
 from distlab.recipes.hrm.flops import flops_per_example
 from distlab.recipes.hrm.models import fused_mixer
@@ -57,8 +59,7 @@ def make_sampler(cfg: HRMConfig, split: PuzzleSplit, rank: int, world_size: int)
 
 
 def metadata_dict(split: PuzzleSplit) -> dict:
-    m = split.metadata
-    return {"vocab_size": m.vocab_size, "seq_len": m.seq_len, "num_puzzle_identifiers": m.num_puzzle_identifiers}
+    return model_metadata(split.metadata)
 
 
 def build(cfg: HRMConfig, session, meta: dict):
@@ -85,6 +86,12 @@ def build(cfg: HRMConfig, session, meta: dict):
     return model, opts, ema
 
 
+def evaluation_weights(model, ema: EMA | None):
+    """The weights an evaluation scores, as a context: the EMA average when the run keeps one (TRM), else the
+    model's own."""
+    return ema.apply_to(unwrap(model)) if ema is not None else contextlib.nullcontext()
+
+
 def track_state(session, model, dense: list, ema: EMA | None) -> None:
     """What training and evaluation both restore: the model, its dense optimizers and the EMA weights."""
     session.track_model("model", model, dense)
@@ -96,6 +103,9 @@ def train(cfg: HRMConfig, session) -> dict:
     rt = session.rt
     data_dir = cfg.data.resolved_path()
     train_split, test_split = load_split(data_dir, "train"), load_split(data_dir, "test")
+    if train_split.num_examples == 0:  # checked here: `distlab eval` validates the same config and may score it
+        raise DistlabError(f"{data_dir} has no training examples (a holdout is built for evaluation only); train on "
+                           f"another dataset and score this one with `distlab eval RUN data.path={data_dir}`")
     meta = metadata_dict(train_split)
     model, opts, ema = build(cfg, session, meta)
     dense = [o for o in opts if not isinstance(o, SparseSignSGD)]  # the sparse table lives in the model state
@@ -108,6 +118,7 @@ def train(cfg: HRMConfig, session) -> dict:
     session.track("sampler", sampler)
     session.track("carry", carry_box, per_rank=True)
     session.counters["elapsed_s"] = 0.0
+    session.counters[TRAINED_ON] = data_signature(data_dir)  # what `distlab eval` checks other datasets against
     step = session.restore()
     accum = cfg.dist.grad_accum
     elapsed_before, carries = session.counters["elapsed_s"], _restored_carries(carry_box.value, accum)
@@ -195,6 +206,8 @@ def train(cfg: HRMConfig, session) -> dict:
     if status == "completed":
         elapsed = elapsed_before + time.perf_counter() - t_start
         result["eval"] = _eval(cfg, session, model, ema, test_split, step, flops_done, elapsed, final=True)
+        if cfg.eval.also:
+            result["also"] = _eval_also(cfg, session, model, ema, step)
     return result
 
 
@@ -241,14 +254,8 @@ def _window_metrics(tot: dict[str, float], examples: int, steps: int) -> dict[st
 
 
 def _eval(cfg, session, model, ema, split, step, flops_done, elapsed, final: bool) -> dict:
-    def run():
-        return evaluate(cfg, session, model, split, save_dir=session.run_dir if final else None, interim=not final)
-
-    if ema is not None:
-        with ema.apply_to(unwrap(model)):
-            out = run()
-    else:
-        out = run()
+    with evaluation_weights(model, ema):
+        out = evaluate(cfg, session, model, split, save_dir=session.run_dir if final else None, interim=not final)
     row = {k: v for k, v in out.items() if isinstance(v, (int, float))}
     # device-seconds = ranks x wall time; named gpu_seconds too only when the devices are GPUs
     row.update(flops=flops_done, device_seconds=elapsed * session.rt.world_size, wall_s=elapsed)
@@ -260,6 +267,21 @@ def _eval(cfg, session, model, ema, split, step, flops_done, elapsed, final: boo
                  "exact %.4f", step, out["exact_accuracy"], out["token_accuracy"], out["blank_accuracy"], out["count"],
                  out["copy_baseline_token_accuracy"], out["copy_baseline_exact_accuracy"])
     return {**out, **row}
+
+
+def _eval_also(cfg, session, model, ema, step: int) -> dict[str, dict]:
+    """The final evaluation of each ``eval.also`` dataset, logged as split ``eval:<name>`` (holdout or folder)."""
+    with evaluation_weights(model, ema):
+        also = score_also(cfg, session, model, session.run_dir if session.rt.is_main else None)
+    for path, out in also.items():
+        session.metrics.log(step, {k: v for k, v in out.items() if isinstance(v, (int, float, str))},
+                            split=f"eval:{short_name(path)}")
+        if session.rt.is_main:
+            log.info("eval @%d on %s: exact %.4f blank cells %.4f (n=%d)%s", step, short_name(path),
+                     out["exact_accuracy"], out["blank_accuracy"], out["count"],
+                     f"; selected of {out['samples']}: exact {out['sampled_exact_accuracy']:.4f}"
+                     if "samples" in out else "")
+    return also
 
 
 def ensure_dataset(cfg: HRMConfig) -> Path:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from distlab.errors import DistlabError
+
 from .maze import DEFAULT_MIN_PATH
 from .sudoku_generate import HARD_EFFORT
 
@@ -16,8 +18,6 @@ from .sudoku_generate import HARD_EFFORT
 def _check_args(args: argparse.Namespace) -> None:
     """Refuse impossible counts and an unwritable --output-dir before minutes of generation, not after."""
     from pathlib import Path
-
-    from distlab.errors import DistlabError
 
     for name in ("train_size", "test_size", "subsample_size", "num_aug", "workers", "aug"):
         value = getattr(args, name, None)
@@ -34,13 +34,34 @@ def _check_args(args: argparse.Namespace) -> None:
                            f"{'a file' if not probe.is_dir() else 'not writable'}); choose another folder")
 
 
+# defaults of the flags that choose the puzzles; a holdout takes all of that from its spec, so none may differ with it
+_GENERATION_DEFAULTS = {"train_size": 1000, "test_size": 10000, "min_difficulty": None, "subsample_size": None,
+                     "num_aug": 0, "seed": 0, "blanks": None}
+
+
 def _sudoku(args: argparse.Namespace) -> dict[str, int]:
     from .sudoku import build_sudoku
 
     _check_args(args)
+    if args.holdout:
+        return _holdout(args)
+    if args.disjoint_from:
+        raise DistlabError("--disjoint-from checks a holdout; add --holdout SPEC (or drop --disjoint-from)")
     return build_sudoku(args.output_dir, source=args.source, train_size=args.train_size, test_size=args.test_size,
                         min_difficulty=args.min_difficulty, subsample_size=args.subsample_size,
                         num_aug=args.num_aug, seed=args.seed, workers=args.workers, blanks=args.blanks)
+
+
+def _holdout(args: argparse.Namespace) -> dict[str, int]:
+    from .holdout import build_holdout, load_spec
+
+    given = [f"--{k.replace('_', '-')}" for k, v in _GENERATION_DEFAULTS.items() if getattr(args, k) != v]
+    if given:
+        raise DistlabError(f"--holdout {args.holdout} takes its puzzles from its spec; drop {', '.join(given)}")
+    spec = load_spec(args.holdout)
+    build_holdout(spec, args.output_dir, args.disjoint_from or [], workers=args.workers,
+                  source=None if args.source == "generate" else args.source)
+    return {"train": 0, "test": spec.puzzles}
 
 
 def _maze(args: argparse.Namespace) -> dict[str, int]:
@@ -72,18 +93,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Builds an HRM Sudoku dataset. Difficulty = solver effort: guesses needed to solve and prove "
                     f"uniqueness with singles propagation. Generated puzzles are 'hard' when effort >= {HARD_EFFORT} "
                     "(the --min-difficulty default when generating).")
-    _common(s, 0)
+    d = _GENERATION_DEFAULTS
+    _common(s, d["seed"])
     s.add_argument("--source", default="generate",
                    help="'generate', a Sudoku-Extreme CSV (source,q,a,rating), a folder with its train.csv/test.csv, "
                         "or a text file of 81-character puzzles ('.' = blank)")
-    s.add_argument("--train-size", type=int, default=1000, help="training puzzles (default %(default)s)")
-    s.add_argument("--test-size", type=int, default=10000, help="test puzzles (default %(default)s)")
-    s.add_argument("--min-difficulty", type=float, default=None,
+    s.add_argument("--holdout", metavar="SPEC",
+                   help="build a holdout fixed in a spec file (a name such as sudoku-gen-holdout or top95, or a YAML "
+                        "path): its puzzles become the test split, the train split stays empty. --source relocates a "
+                        "spec's puzzle file")
+    s.add_argument("--disjoint-from", action="append", metavar="DIR",
+                   help="with --holdout: refuse if any holdout puzzle is among this dataset's examples (repeatable)")
+    s.add_argument("--train-size", type=int, default=d["train_size"], help="training puzzles (default %(default)s)")
+    s.add_argument("--test-size", type=int, default=d["test_size"], help="test puzzles (default %(default)s)")
+    s.add_argument("--min-difficulty", type=float, default=d["min_difficulty"],
                    help=f"keep puzzles with difficulty >= this (generated: effort, default {HARD_EFFORT}; CSV: rating)")
-    s.add_argument("--subsample-size", type=int, default=None, help="random subset of training puzzles (HRM option)")
-    s.add_argument("--num-aug", type=int, default=0, help="augmented copies per training puzzle (HRM used 1000)")
+    s.add_argument("--subsample-size", type=int, default=d["subsample_size"],
+                   help="random subset of training puzzles (HRM option)")
+    s.add_argument("--num-aug", type=int, default=d["num_aug"],
+                   help="augmented copies per training puzzle (HRM used 1000)")
     s.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="generator processes (default all cores)")
-    s.add_argument("--blanks", type=int, default=None,
+    s.add_argument("--blanks", type=int, default=d["blanks"],
                    help="generate easy puzzles with exactly this many blank cells (unique solution) instead of "
                         "minimal ones; --min-difficulty then defaults to 0. For quick CPU demos, e.g. --blanks 10")
     s.set_defaults(func=_sudoku)
