@@ -38,7 +38,7 @@ TOP95_SRC=${TOP95_SRC:-data/holdout-src/top95.txt}
 if [ "${SMOKE:-0}" = 1 ]; then
   OUT=${OUT:-$WORK/out}; mkdir -p "$OUT"; export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
   DATA=$WORK/data/smoke-train; DATA_ARGS="--train-size 64 --test-size 24 --blanks 10 --seed 0"
-  HOLDOUT_SPEC=tests/hrm_data/holdout_tiny.yaml; HOLDOUT=$WORK/data/smoke-holdout; TOP95=$WORK/data/smoke-top95
+  HOLDOUT_SPEC=tests/recipes/hrm/data/holdout_tiny.yaml; HOLDOUT=$WORK/data/smoke-holdout; TOP95=$WORK/data/smoke-top95
   [ -f "$TOP95_SRC" ] || TOP95_SRC=../shared/data/sudoku/top95.txt
   CORES=2; VISIBLE=4; TRAIN_LAUNCH="--procs 2"; EVAL_LAUNCH="--procs 2"; EVAL_LIMIT=${EVAL_LIMIT:-8}
   SIZE="global_batch_size=8 steps=4 lr_warmup_steps=2 dist.compile=false dist.compile_mode=default \

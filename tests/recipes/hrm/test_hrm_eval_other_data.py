@@ -15,10 +15,10 @@ from distlab.recipes.hrm.data import sudoku as sd
 from distlab.recipes.hrm.data.holdout import build_holdout, load_spec
 from distlab.recipes.hrm.data.maze import build_maze
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from clitools import run_cli  # noqa: E402
 
-SPEC = Path(__file__).resolve().parents[1] / "hrm_data" / "holdout_tiny.yaml"
+SPEC = Path(__file__).resolve().parent / "data" / "holdout_tiny.yaml"
 TINY = ["data.build=sudoku", "data.train_size=64", "data.test_size=24", "data.workers=1", "data.blanks=10",
         "global_batch_size=8", "steps=6", "log.every=1", "arch.name=trm", "arch.hidden_size=32", "arch.num_heads=2",
         "arch.L_layers=1", "arch.H_cycles=2", "arch.L_cycles=2", "arch.halt_max_steps=3", "arch.puzzle_emb_ndim=32",

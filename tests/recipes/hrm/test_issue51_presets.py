@@ -14,7 +14,7 @@ import pytest
 from distlab.config import resolve_config
 from distlab.recipe import load_recipe
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from clitools import run_cli  # noqa: E402
 
 TINY = ["data.train_size=32", "data.test_size=8", "data.num_aug=1", "data.workers=1", "data.blanks=10",

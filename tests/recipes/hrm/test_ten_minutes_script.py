@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "benchmarks" / "ten_minutes.sh"
 TOP95 = ROOT.parent / "shared" / "data" / "sudoku" / "top95.txt"
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -16,7 +16,7 @@ from distlab.recipes.hrm.data.format import load_split
 from distlab.recipes.hrm.data.holdout import HOLDOUTS, build_holdout, load_spec, puzzles_sha256
 from distlab.recipes.hrm.data.sudoku_generate import HARD_EFFORT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 TINY = Path(__file__).with_name("holdout_tiny.yaml")
 TOP95 = ROOT.parent / "shared" / "data" / "sudoku" / "top95.txt"
 
