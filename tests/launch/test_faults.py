@@ -125,16 +125,19 @@ def test_sigterm_to_launcher_checkpoints_stops_and_resumes(work, ref2):
 
 def test_sigkill_of_launcher_leaves_no_orphans_and_lock_names_holder(work, ref2):
     name = "kill"
-    proc = _start(work, _args(name, "step_delay_s=0.4", "ckpt.every=2", procs=2))
+    # slow steps: the second launcher below may take many seconds on a loaded machine, and the first run must still
+    # be training (with a checkpoint behind it) when it is killed
+    proc = _start(work, _args(name, "step_delay_s=2.0", "ckpt.every=2", procs=2))
     run_dir = work / "runs" / name
     _wait_for_ranks(run_dir, 2)
     second = run_cli(_args(name, procs=2), work, check=False, timeout=60)  # same run directory, same time
     assert second.returncode == 2
     assert f"in use by pid={proc.pid}" in second.stderr and "run.name" in second.stderr
     deadline = time.monotonic() + 120
-    while not (run_dir / "checkpoints" / "step00000002").exists():
-        assert time.monotonic() < deadline, "the first run never wrote its step-2 checkpoint"
+    while not any((run_dir / "checkpoints").glob("step*")):  # older ones are pruned (ckpt.keep)
+        assert time.monotonic() < deadline, "the first run never wrote a checkpoint"
         time.sleep(0.2)
+    assert proc.poll() is None, "the first run ended before it could be killed"
     proc.kill()
     _finish(proc, 30)
     _assert_no_processes(name)  # the ranks died with their launcher
