@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from clitools import run_cli, summary  # noqa: F401  (the score tests import both from here)
 
 # small enough for two busy cores, with every model and every piece of state in play
 TINY = ["model.source=tiny:llama-2l", "model.prompt_mode=text", "prompts_per_step=2", "num_generations=2",
@@ -15,19 +14,6 @@ TINY = ["model.source=tiny:llama-2l", "model.prompt_mode=text", "prompts_per_ste
         "guidance_lr=1e-3", "beta1=0.05", "sft_steps=2", "sft_pack=2", "sft_batch_size=4"]
 EVERYTHING = ["guidance=trained", "advantage=critic", "hint_sees_execution=true", "stage_schedule=I:1,II:1"]
 ON_CPU = ["placement.reference=cpu", "placement.target_critic=cpu", "placement.guidance=cpu", "placement.value=cpu"]
-
-
-def run_cli(args: list[str], cwd: Path, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", "distlab.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"distlab {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 def rows(run_dir: Path, split: str = "train") -> list[dict]:
