@@ -198,6 +198,7 @@ ROWS: list[tuple[str, list[str], list[str]]] = [
     ("score-kl-k1", ["train", "score", "kl=k1"], ["kl=k1", "zero expected gradient"]),
     ("grpo-env-typo", ["train", "grpo", "env.name=code_feedbak"], ["env.name='code_feedbak'", "did you mean code_feedback"]),
     ("grpo-env-turns-0", ["train", "grpo", "env.name=code_feedback", "env.max_turns=0"], ["env.max_turns=0", ">= 1"]),
+    ("grpo-env-key-without-env", ["train", "grpo", "env.max_turns=2"], ["env.max_turns set without env.name", "add env.name="]),
     ("grpo-env-observation", ["train", "grpo", "env.name=code_feedback", "env.max_observation_tokens=4"],
      ["env.max_observation_tokens=4"]),
     ("grpo-env-fraction", ["train", "grpo", "env.name=code_feedback", "reward_funcs=[tests_fraction]"],

@@ -4,6 +4,7 @@ which itself builds on the config."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from distlab.errors import DistlabError, near_matches
@@ -18,6 +19,10 @@ def env_names() -> tuple[str, ...]:
 def check_env(env: EnvConfig, reward_funcs: Sequence[str]) -> None:
     """An environment that exists, limits that can hold an episode, rewards that read one."""
     if not env.name:
+        changed = [f"env.{f.name}" for f in dataclasses.fields(env) if getattr(env, f.name) != f.default]
+        if changed:
+            raise DistlabError(f"{', '.join(changed)} set without env.name: they act only in an environment; add "
+                               f"env.name={'|'.join(env_names())} or remove them")
         return
     names = env_names()
     if env.name not in names:
@@ -39,6 +44,10 @@ def check_env(env: EnvConfig, reward_funcs: Sequence[str]) -> None:
 def check_env_tasks(env: EnvConfig, kinds: set[str]) -> None:
     """The task set is of the kind the environment plays (``kinds``: the kinds of the training tasks)."""
     if not env.name:
+        changed = [f"env.{f.name}" for f in dataclasses.fields(env) if getattr(env, f.name) != f.default]
+        if changed:
+            raise DistlabError(f"{', '.join(changed)} set without env.name: they act only in an environment; add "
+                               f"env.name={'|'.join(env_names())} or remove them")
         return
     want = ENVS[env.name].task_kind
     if kinds - {want}:
