@@ -126,7 +126,7 @@ def train(recipe: str, overrides: Sequence[str] | Mapping[str, Any] | None = Non
     A bad setting raises :class:`DistlabError` with the command's one-line message; a run stopped by a signal
     returns its summary with ``status: preempted`` (run the same call again to resume).
     """
-    from distlab.config import finalize_config, resolve_config
+    from distlab.config import composed_config, default_run_name, resolve_with_smoke
     from distlab.launch.launcher import LaunchOptions, world_plan
     from distlab.recipe import load_recipe
 
@@ -143,11 +143,15 @@ def train(recipe: str, overrides: Sequence[str] | Mapping[str, Any] | None = Non
         if hook is None:
             raise DistlabError(f"recipe {recipe} has no config key or input named {', '.join(sorted(extra))}; pass "
                                f"settings in overrides (distlab train {recipe} --help lists its keys)")
-        cfg = resolve_config(rec, list(config), [*pinned, *items])
-        items += hook(extra, Path(cfg.run.dir))
+        # the hook writes its inputs under the run directory, which the settings name: composed only to read it
+        items += hook(extra, Path(composed_config(rec, list(config), [*pinned, *items]).run.dir))
     if smoke:
         items.append("run.smoke=true")
-    cfg, _ = finalize_config(rec, resolve_config(rec, list(config), [*pinned, *items]), nproc)
+    # resolved once, here: the launcher takes this resolution and its ranks the launcher's hand-off
+    resolved = resolve_with_smoke(rec, list(config), [*pinned, *items])
+    cfg = resolved[0]
+    if not cfg.run.name:  # the name the launcher would give it: known here for the summary's path
+        cfg.run.name = default_run_name(rec.name, cfg)
     run_dir = Path(cfg.run.dir) / cfg.run.name
     flags = [x for p in config for x in ("--config", p)]
     flags += ["--procs", str(procs)] if procs is not None else ["--gpus", str(gpus)] if gpus is not None else []
@@ -156,10 +160,10 @@ def train(recipe: str, overrides: Sequence[str] | Mapping[str, Any] | None = Non
         command = f"the same distlab.train({recipe!r}, ...) call in this Python session (it names {command})"
     items.append(f"run.name={cfg.run.name}")
     if nproc == 1:
-        return _in_process(rec.name, list(config), items, opts, run_dir, command)
+        return _in_process(rec.name, list(config), items, opts, run_dir, command, resolved)
     from distlab.launch.launcher import train as launch
 
-    launch(recipe, list(config), items, opts, memory_check=_memory_check(), cmdline=command)
+    launch(recipe, list(config), items, opts, memory_check=_memory_check(), cmdline=command, resolved=resolved)
     return _summary(run_dir)
 
 
@@ -180,7 +184,7 @@ def _summary(run_dir: Path) -> dict[str, Any]:
 
 
 def _in_process(recipe: str, config: list[str], items: list[str], opts: Any, run_dir: Path,
-                command: str) -> dict[str, Any]:
+                command: str, resolved: tuple[Any, str | None]) -> dict[str, Any]:
     """One rank here: the launch path of ``distlab train``, then this process put back as it was (signal handlers,
     a pending stop request, the run's log files), so a notebook's Ctrl-C and its next run behave as before."""
     from distlab.training import session as session_module
@@ -192,7 +196,8 @@ def _in_process(recipe: str, config: list[str], items: list[str], opts: Any, run
     with tempfile.TemporaryDirectory(prefix="distlab-api-") as exits:
         os.environ[EXIT_DIR_ENV] = exits  # the rank leaves its one-line failure here (worker._fail)
         try:
-            rc = launch(recipe, config, items, opts, memory_check=_memory_check(), cmdline=command)
+            rc = launch(recipe, config, items, opts, memory_check=_memory_check(), cmdline=command,
+                        resolved=resolved)
             failure = next((p.read_text().strip() for p in Path(exits).glob("rank0-*")), None)
         finally:
             os.environ.pop(EXIT_DIR_ENV, None)

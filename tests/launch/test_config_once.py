@@ -3,6 +3,8 @@ started by another launcher let rank 0 resolve and take its broadcast. Tested on
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from distlab.config import finalize_config, resolve_with_smoke, to_yaml
@@ -96,3 +98,25 @@ def _count(fn, calls: list[str], name: str = "resolve_with_smoke"):
         return fn(*args, **kwargs)
 
     return counted
+
+
+def test_the_python_api_resolves_the_config_once_and_hands_it_to_the_launcher(tmp_path, monkeypatch):
+    """``distlab.train`` needs the config itself (the run's name, for its summary): it resolves it once and the
+    launcher takes that resolution, where the API used to resolve it twice more around the launcher's own."""
+    import distlab
+    from distlab import config
+    from distlab.launch import launcher as launch
+    from distlab.launch import worker
+
+    calls: list[str] = []
+    resolve, compose = config.resolve_with_smoke, config.composed_config
+    for module in (config, launch, worker):
+        monkeypatch.setattr(module, "resolve_with_smoke", _count(resolve, calls))
+        if hasattr(module, "composed_config"):
+            monkeypatch.setattr(module, "composed_config", _count(compose, calls, "composed_config"))
+    overrides = [*CPU, "steps=2", "eval_examples=8", "log.progress=false", f"run.dir={tmp_path}"]
+    summary = distlab.train("toy", overrides)
+    assert calls == ["resolve_with_smoke", "composed_config"], calls
+    runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(runs) == 1 and runs[0].name.startswith("toy-")  # the name the API chose is the launcher's
+    assert summary == json.loads((runs[0] / "summary.json").read_text())

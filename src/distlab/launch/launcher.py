@@ -177,11 +177,14 @@ def rerun_command(argv: list[str]) -> str:
 
 def train(recipe_name: str, presets: list[str], overrides: list[str], opts: LaunchOptions,
           eval_checkpoint: Path | None = None, eval_output: Path | None = None,
-          memory_check: MemoryCheck | None = None, cmdline: str | None = None) -> int:
+          memory_check: MemoryCheck | None = None, cmdline: str | None = None,
+          resolved: tuple[Any, str | None] | None = None) -> int:
     """Start the ranks of a training run (or, with ``eval_checkpoint``, of an evaluation). ``memory_check`` runs
     after every other check and before the run directory exists: the ``distlab`` command passes the doctor's (the
     core never imports the doctor). ``cmdline``: what reruns this run, for the manifest and the closing line's
-    ``resume:`` (default: this process's command line; ``distlab.train`` passes its own)."""
+    ``resume:`` (default: this process's command line; ``distlab.train`` passes its own). ``resolved``: the
+    ``resolve_with_smoke`` result of these presets and overrides (with :func:`world_plan`'s pinned ones first), from
+    a caller that needed the config already (``distlab.train`` names the run from it), so it is not resolved twice."""
     from distlab.launch import worker
     if detect_env().launcher != "single":  # already a rank of somebody else's launcher
         return worker.main(worker.worker_argv(recipe_name, presets, overrides, eval_checkpoint,
@@ -189,7 +192,8 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     nproc, pinned = world_plan(opts)
     overrides = [*pinned, *overrides]
     recipe = load_recipe(recipe_name)
-    cfg, smoke = resolve_with_smoke(recipe, presets, overrides)  # the one resolution: the ranks take it (handoff)
+    # the one resolution (or the caller's): the ranks take it (handoff)
+    cfg, smoke = resolved if resolved is not None else resolve_with_smoke(recipe, presets, overrides)
     nproc = ranks_per_node(nproc, opts, cfg.dist.devices_per_rank)
     cfg, scaling = finalize_config(recipe, cfg, nproc * opts.nodes)
     check_before_start(recipe, cfg, nproc * opts.nodes, nproc)
