@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,4 +131,21 @@ def load_recipe(name: str) -> Recipe:
     try:
         return getattr(importlib.import_module(module), attr)
     except ModuleNotFoundError as exc:
-        raise DistlabError(f"recipe '{name}' cannot load: missing module {exc.name}") from None
+        raise DistlabError(f"recipe '{name}' cannot load: missing module {exc.name}; {install_hint(exc.name)}") from None
+
+
+def install_hint(module: str | None) -> str:
+    """How to get ``module``: the distlab extra that declares it (read from the installed package's metadata, so
+    the hint cannot drift from pyproject.toml), else ``pip install`` of the module itself."""
+    top = (module or "").split(".")[0]
+    wanted = top.lower().replace("-", "_")
+    extras = []
+    for line in md.requires("distlab") or []:
+        req, _, marker = line.partition(";")
+        dist = re.split(r"[\s\[<>=!~]", req.strip(), maxsplit=1)[0]
+        if dist.lower().replace("-", "_") == wanted and "extra ==" in marker:
+            extras.append(marker.split("extra ==")[1].strip().strip("'\""))
+    extras.sort(key=lambda e: e == "dev")  # the extra a user asks for, not the contributors' one that repeats it
+    if not extras:
+        return f"install it with: pip install {top}"
+    return f"install it with: pip install 'distlab[{extras[0]}]' (or pip install -e '.[{extras[0]}]' in a checkout)"

