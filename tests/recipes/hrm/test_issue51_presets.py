@@ -1,6 +1,7 @@
 """Issue 51's candidate presets: each is its base preset with only the stated changes (the old presets stay as they
-are), evaluates with `trm-sudoku-380s`'s test-time sampling, validates for 4 processes, and trains a few steps at
-tiny size on 2 CPU processes (sizes overridden; compilation is a GPU matter and is off here)."""
+are), evaluates with `trm-sudoku-380s`'s test-time sampling (the maze preset at 8 trajectories), validates for 4
+processes, and trains a few steps at tiny size on 2 CPU processes (sizes overridden; compilation is a GPU matter and
+is off here)."""
 
 from __future__ import annotations
 
@@ -59,18 +60,31 @@ def test_hrm_budget_preset_is_sudoku_extreme_1k_with_the_budget_data_and_samplin
     assert hrm["eval.samples"] == 16 and hrm["arch.name"] == "hrm"
 
 
-@pytest.mark.parametrize("preset", ["trm-sudoku-4gpu-380s", "hrm-sudoku-380s"])
+def test_maze_preset_is_trm_maze_with_the_4gpu_budget_settings_and_8_trajectories():
+    assert _changed("trm-maze", "trm-maze-4gpu-380s") == {
+        "data.path", "data.build", "data.num_aug", "run.time_limit_s", "steps", "lr_warmup_steps", "eval_every",
+        "eval.samples", "dist.compile", "dist.compile_mode", "dist.compile_split_ddp", "log.every"}
+    maze, sudoku = _preset("trm-maze-4gpu-380s"), _preset("trm-sudoku-4gpu-380s")
+    same = [k for k in sudoku if k.startswith(("eval.", "dist.", "run.", "lr")) or k in (
+        "steps", "eval_every", "global_batch_size", "ema", "data.train_size", "data.test_size")]
+    assert {k: maze[k] for k in same} == {**{k: sudoku[k] for k in same}, "eval.samples": 8}
+    assert (maze["data.build"], maze["data.num_aug"], maze["data.min_difficulty"]) == ("maze", 8, -1)  # Maze-Hard
+    assert (maze["arch.name"], maze["arch.mlp_t"], maze["arch.L_cycles"]) == ("trm", False, 4)  # attention, as trm-maze
+
+
+@pytest.mark.parametrize("preset", ["trm-sudoku-4gpu-380s", "hrm-sudoku-380s", "trm-maze-4gpu-380s"])
 def test_preset_validates_for_four_processes_as_shipped(tmp_path, preset):
     proc = run_cli(["train", "hrm", "--config", preset, "--dry-run", "--procs", "4"], tmp_path)
     assert "compile_mode: reduce_overhead" in proc.stdout and "time_limit_s: 380.0" in proc.stdout
 
 
-@pytest.mark.parametrize("preset", ["trm-sudoku-4gpu-380s", "hrm-sudoku-380s"])
-def test_preset_trains_a_few_steps_at_tiny_size(tmp_path, preset):
+@pytest.mark.parametrize(("preset", "samples"), [("trm-sudoku-4gpu-380s", 16), ("hrm-sudoku-380s", 16),
+                                                 ("trm-maze-4gpu-380s", 8)])
+def test_preset_trains_a_few_steps_at_tiny_size(tmp_path, preset, samples):
     arch = "trm" if preset.startswith("trm") else "hrm"
     run_cli(["train", "hrm", "--config", preset, *TINY, *SIZE[arch], "run.name=t", "--procs", "2"], tmp_path)
     summary = json.loads((tmp_path / "runs" / "t" / "summary.json").read_text())
     assert (summary["status"], summary["step"], summary["world_size"]) == ("completed", 3, 2)
     ev = summary["eval"]
-    assert ev["count"] == 8 and ev["samples"] == 16 and ev["sample_select"] == "q"  # the preset's own sampling
+    assert ev["count"] == 8 and ev["samples"] == samples and ev["sample_select"] == "q"  # the preset's own sampling
     assert 0.0 <= ev["sampled_exact_accuracy"] <= ev["sampled_oracle_exact_accuracy"] <= 1.0
