@@ -13,6 +13,8 @@
 #   bash benchmarks/gpu_scaleout.sh graphs-a | graphs-b: TRM 1/2/4 GPUs, HRM profiled at 1/2/4 GPUs, weak scaling at
 #     2/4 GPUs, a second same-call pair with the reference at 4 GPUs (2026-11-28)
 #   bash benchmarks/gpu_scaleout.sh grpo-more: GRPO strong scaling, a GRPO kill -9 drill, a suite laid out two ways
+#   bash benchmarks/gpu_scaleout.sh pair-overlap: reference/distlab pairs at 1 and 4 GPUs (reference before and after
+#     at 4), and CUDA graphs split at DDP's buckets (all-reduce overlapped with backward) beside the whole-step graph
 # .whl must hold a distlab wheel (`pip wheel --no-deps -w .whl .`): its entry points name the recipes; the code
 # itself comes from src/ or .base/src, first on PYTHONPATH.
 # Every job's JSON and log come back in $OUT/<stage>.tgz, the table at the end: benchmarks/scaleout_table.py.
@@ -116,6 +118,18 @@ case $STAGE in
     point hrm-graphs-4 src 4 0,1,2,3 sudoku-extreme-1k $RO $PROF
     ref hrm-ref-4 4 0,1,2,3 768
     point hrm-graphsweak-4 src 4 0,1,2,3 sudoku-extreme-1k $RO global_batch_size=3072 ;;
+  pair-overlap)  # same-call pairs with the reference, ABBA at 4 GPUs, and the overlap arm: CUDA graphs with
+    # DDPOptimizer's bucket split (compile_split_ddp=true: one graph per bucket, the all-reduce of a bucket runs while
+    # the next bucket's backward replays) against the one whole-step graph
+    RO="dist.compile_split_ddp=false dist.compile_mode=reduce_overhead"
+    RS="dist.compile_split_ddp=true dist.compile_mode=reduce_overhead"
+    bg ref hrm-ref-1 1 0 768; bg point hrm-graphs-1 src 1 1 sudoku-extreme-1k $RO
+    bg point hrm-split-1 src 1 2 sudoku-extreme-1k $RS
+    wait "${PIDS[@]}"; PIDS=()
+    ref hrm-ref-4a 4 0,1,2,3 768
+    point hrm-graphs-4 src 4 0,1,2,3 sudoku-extreme-1k $RO
+    point hrm-split-4 src 4 0,1,2,3 sudoku-extreme-1k $RS
+    ref hrm-ref-4b 4 0,1,2,3 768 ;;
   grpo-more)  # GRPO strong scaling (16 prompts x 8 in all), a GRPO fault drill, a seed-000 suite laid out two ways
     G="model.source=random:qwen2.5-0.5b prompts_per_step=16 num_generations=8 sampling.max_completion_length=128 \
 steps=12 log.every=1 evaluation.before=false ckpt.every=0"
@@ -168,7 +182,7 @@ data.eval_limit=64 run.dir=/tmp/nodes"
     point hrm-weak-4 src 4 0,1,2,3 sudoku-extreme-1k global_batch_size=3072 ;;
   *) echo "unknown stage $STAGE: one, two, four, four-more, variants, graphs, graphs-more, graphs-a, graphs-b, graphs-c,"\
        "grpo,"\
-       "grpo-more or faults"; exit 2 ;;
+       "grpo-more, pair-overlap or faults"; exit 2 ;;
 esac
 python3 benchmarks/scaleout_table.py /tmp/scaleout
 date -u
