@@ -76,6 +76,18 @@ def test_ranks_of_the_launcher_take_its_handoff_and_resolve_nothing(tmp_path):
 def test_a_launch_resolves_the_config_once(tmp_path, monkeypatch):
     """``distlab train`` of one process (its rank runs in the launcher's process): the config is resolved once for
     the launcher's checks, the rank size and the run, where it used to be resolved three times."""
+    from distlab.launch import launcher as launch
+
+    calls = _count_resolutions(monkeypatch)
+    overrides = [*CPU, "steps=2", "eval_examples=8", "log.progress=false", f"run.dir={tmp_path}", "run.name=once"]
+    assert launch.train("toy", [], overrides, launch.LaunchOptions(procs=1)) == 0
+    assert calls == ["resolve_with_smoke", "composed_config"], calls  # the composition inside that resolution
+    assert (tmp_path / "once" / "summary.json").exists()
+
+
+def _count_resolutions(monkeypatch) -> list[str]:
+    """Every resolution and composition of the config that the launcher, its rank and the config module run from
+    now on, in order."""
     from distlab import config
     from distlab.launch import launcher as launch
     from distlab.launch import worker
@@ -86,10 +98,7 @@ def test_a_launch_resolves_the_config_once(tmp_path, monkeypatch):
         monkeypatch.setattr(module, "resolve_with_smoke", _count(resolve, calls))
         if hasattr(module, "composed_config"):
             monkeypatch.setattr(module, "composed_config", _count(compose, calls, "composed_config"))
-    overrides = [*CPU, "steps=2", "eval_examples=8", "log.progress=false", f"run.dir={tmp_path}", "run.name=once"]
-    assert launch.train("toy", [], overrides, launch.LaunchOptions(procs=1)) == 0
-    assert calls == ["resolve_with_smoke", "composed_config"], calls  # the composition inside that resolution
-    assert (tmp_path / "once" / "summary.json").exists()
+    return calls
 
 
 def _count(fn, calls: list[str], name: str = "resolve_with_smoke"):
@@ -104,16 +113,8 @@ def test_the_python_api_resolves_the_config_once_and_hands_it_to_the_launcher(tm
     """``distlab.train`` needs the config itself (the run's name, for its summary): it resolves it once and the
     launcher takes that resolution, where the API used to resolve it twice more around the launcher's own."""
     import distlab
-    from distlab import config
-    from distlab.launch import launcher as launch
-    from distlab.launch import worker
 
-    calls: list[str] = []
-    resolve, compose = config.resolve_with_smoke, config.composed_config
-    for module in (config, launch, worker):
-        monkeypatch.setattr(module, "resolve_with_smoke", _count(resolve, calls))
-        if hasattr(module, "composed_config"):
-            monkeypatch.setattr(module, "composed_config", _count(compose, calls, "composed_config"))
+    calls = _count_resolutions(monkeypatch)
     overrides = [*CPU, "steps=2", "eval_examples=8", "log.progress=false", f"run.dir={tmp_path}"]
     summary = distlab.train("toy", overrides)
     assert calls == ["resolve_with_smoke", "composed_config"], calls
