@@ -19,7 +19,8 @@ from __future__ import annotations
 import ast
 import warnings
 
-from distlab.recipes.lm.tasks.jsonl import with_visible_test
+from distlab.recipes.lm.tasks.jsonl import without_visible_test
+from distlab.recipes.lm.tasks.prompts import continues_function
 from distlab.recipes.lm.tasks.task import Task
 
 INSTRUCTION = ("Please provide a self-contained Python script that solves the following problem in a markdown code "
@@ -34,8 +35,9 @@ _SPLIT = "\x00distlab-prefill\x00"  # cut mark inside the rendered assistant tur
 
 
 def dataset_of(task: Task) -> str:
-    """EvalPlus knows two datasets: HumanEval (a function to continue) and MBPP (a text and an assert)."""
-    return "humaneval" if task.source == "humaneval" else "mbpp"
+    """EvalPlus knows two datasets: HumanEval (a function to continue; MBPP rendered so goes with it) and MBPP (a
+    text and an assert)."""
+    return "humaneval" if continues_function(task) else "mbpp"
 
 
 def first_assert(visible_test: str) -> str:
@@ -55,8 +57,7 @@ def problem_text(task: Task) -> str:
     """EvalPlus's task prompt, stripped and ending in one newline as its ``codegen`` passes it on."""
     if dataset_of(task) == "humaneval" or not task.visible_test.strip():
         return task.prompt.strip() + "\n"
-    shown = with_visible_test("", task.visible_test)  # our prompt is the text plus this suffix
-    text = task.prompt[:-len(shown)] if task.prompt.endswith(shown) else task.prompt
+    text = without_visible_test(task.prompt, task.visible_test)  # our prompt is the text plus this suffix
     return f'"""\n{text.strip()}\n{first_assert(task.visible_test)}\n"""\n'
 
 

@@ -14,9 +14,10 @@ from distlab.recipes.lm.tasks.humaneval import humaneval_rows
 from distlab.recipes.lm.tasks.jsonl import Row
 from distlab.recipes.lm.tasks.math_synthetic import math_rows
 from distlab.recipes.lm.tasks.mbpp import mbpp_rows
+from distlab.recipes.lm.tasks.mbpp_docstring import STYLES, docstring_row
 from distlab.recipes.lm.tasks.synthetic import synthetic_rows
 
-SOURCES = ("mbpp", "humaneval", "synthetic", "math")
+SOURCES = ("mbpp", "mbpp:docstring", "humaneval", "synthetic", "math")
 MATH_ALIASES = ("math", "math_synthetic")
 
 
@@ -35,6 +36,13 @@ def builtin_rows(source: str, split: str, *, mbpp_dir: str | os.PathLike[str] | 
     """The rows of a built-in set, with the arguments and errors of ``load_tasks`` (which documents them)."""
     if source == "mbpp":
         rows = mbpp_rows(split, mbpp_dir, include_challenge=include_challenge)
+    elif source.startswith("mbpp:"):
+        style = source.removeprefix("mbpp:")
+        if style not in STYLES:
+            raise DistlabError(f"unknown MBPP prompt style {style!r} in {source!r}; choose one of "
+                               f"{', '.join('mbpp:' + s for s in STYLES)}, or plain mbpp")
+        rendered = (docstring_row(r) for r in mbpp_rows(split, mbpp_dir, include_challenge=include_challenge))
+        rows = [r for r in rendered if r is not None]
     elif source == "humaneval":
         if split != "test":
             raise DistlabError(f"HumanEval has only a test split (it is for evaluation), got split={split!r}")

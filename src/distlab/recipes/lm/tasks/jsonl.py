@@ -9,8 +9,8 @@ Python run after the program (asserts; a string or a list of strings). A row wit
 math problem: the final answer (a string or a number) is checked without a sandbox. Optional: ``task_id`` (default
 ``<file>/<line>``), ``entry_point`` (the function the tests call), ``visible_test`` (shown in the prompt),
 ``solution`` (a reference program or worked solution, for the warm-up) and ``source`` (default ``jsonl``; ``humaneval``
-keeps HumanEval's prompt style, a function to continue). Other keys are ignored. Every line is checked when the file
-is read, before any process starts; an error names the line.
+or ``mbpp-docstring`` keeps HumanEval's prompt style, a function to continue). Other keys are ignored. Every line is
+checked when the file is read, before any process starts; an error names the line.
 """
 
 from __future__ import annotations
@@ -47,6 +47,13 @@ def with_visible_test(prompt: str, visible_test: str) -> str:
     if not visible_test.strip() or visible_test.strip() in prompt:
         return prompt
     return f"{prompt.rstrip()}\nYour code should pass this test:\n{visible_test.strip()}"
+
+
+def without_visible_test(prompt: str, visible_test: str) -> str:
+    """The problem text of a prompt :func:`with_visible_test` made: its suffix taken off again (a prompt that does
+    not end with it is returned whole)."""
+    shown = with_visible_test("", visible_test)
+    return prompt[:-len(shown)] if shown and prompt.endswith(shown) else prompt
 
 
 def _tests(value: Any, where: str) -> str:

@@ -3,7 +3,8 @@
 Two modes, because the GRPO/SCoRe recipes drive both instruct models (chat messages; the model code applies the
 tokenizer's chat template) and base or from-scratch models (plain text). In text mode every non-HumanEval prompt ends
 by opening a ```python fence, so the completion is bare code and generation can stop at the closing fence; HumanEval
-keeps its classic form, the completion continuing the function after its docstring. A math task (``kind="math"``)
+(and MBPP rendered so, ``mbpp:docstring``) keeps its classic form, the completion continuing the function after its
+docstring. A math task (``kind="math"``)
 asks for the final answer in ``\\boxed{}`` (chat) or opens ``Solution:`` after ``Problem: ...`` (text; generation
 stops at a blank line); its completion is checked as text (:mod:`.math_answer`), never run.
 """
@@ -15,9 +16,11 @@ from collections.abc import Mapping, Sequence
 
 from distlab.errors import DistlabError
 from distlab.recipes.lm.tasks.extract import extract_code
+from distlab.recipes.lm.tasks.mbpp_docstring import SOURCE as DOCSTRING_SOURCE
 from distlab.recipes.lm.tasks.task import Task
 
 MODES = ("chat", "text")
+FUNCTION_SOURCES = ("humaneval", DOCSTRING_SOURCE)  # task sources whose prompt is a function to continue
 CHAT_INSTRUCTION = "Reply with the Python code in one ```python block."
 HUMANEVAL_CHAT_INSTRUCTION = "Complete this Python function. Reply with the whole function in one ```python block."
 FENCE_OPEN = "```python\n"
@@ -34,6 +37,12 @@ def is_math(task: Task) -> bool:
     return task.kind == "math"
 
 
+def continues_function(task: Task) -> bool:
+    """HumanEval's form: the prompt is a function head and docstring, the reply its body (text mode) or the whole
+    function (chat); MBPP rendered that way (:mod:`.mbpp_docstring`) is asked and judged the same."""
+    return task.source in FUNCTION_SOURCES
+
+
 def chat_instruction(task: Task) -> str:
     """What a chat prompt asks for after the problem: one python block, or a boxed final answer."""
     return MATH_CHAT_INSTRUCTION if is_math(task) else CHAT_INSTRUCTION
@@ -47,7 +56,7 @@ def text_lead(task: Task) -> str:
 def _chat_content(task: Task) -> str:
     if is_math(task):
         return f"{task.prompt}\n{MATH_CHAT_INSTRUCTION}"
-    if task.source == "humaneval":
+    if continues_function(task):
         return f"{HUMANEVAL_CHAT_INSTRUCTION}\n\n{FENCE_OPEN}{task.prompt.rstrip()}\n{FENCE_CLOSE}"
     return f"{task.prompt}\n{CHAT_INSTRUCTION}"
 
@@ -78,7 +87,7 @@ def _need_solution(task: Task) -> None:
 def _text_block(task: Task) -> str:
     if is_math(task):
         return f"Problem: {task.prompt}\n{MATH_TEXT_LEAD}"
-    if task.source == "humaneval":
+    if continues_function(task):
         return task.prompt
     return f"{task.prompt}\n{FENCE_OPEN}"
 
@@ -88,7 +97,7 @@ def text_completion(task: Task) -> str:
     _need_solution(task)
     if is_math(task):
         return f" {task.solution.strip()}\n\n"
-    if task.source == "humaneval":
+    if continues_function(task):
         return task.solution[len(task.prompt):] if task.solution.startswith(task.prompt) else task.solution
     return f"{task.solution.strip()}\n{FENCE_CLOSE}"
 
@@ -106,7 +115,7 @@ def stop_strings(task: Task, mode: str = "text") -> tuple[str, ...]:
         return ()
     if is_math(task):
         return MATH_TEXT_STOPS
-    return HUMANEVAL_TEXT_STOPS if task.source == "humaneval" else (FENCE_CLOSE,)
+    return HUMANEVAL_TEXT_STOPS if continues_function(task) else (FENCE_CLOSE,)
 
 
 def _check_mode(mode: str) -> None:
@@ -142,11 +151,11 @@ def build_program(task: Task, completion: str, mode: str = "chat") -> str:
             if at != -1:
                 cut = min(cut, at)
         completion = completion[:cut]
-        if task.source == "humaneval":
+        if continues_function(task):
             return extract_code(task.prompt + completion, task.entry_point)
         return extract_code(completion, task.entry_point)
     code = extract_code(completion, task.entry_point)
-    if code and task.source == "humaneval":
+    if code and continues_function(task):
         header = _prompt_imports(task.prompt)
         if header:
             code = f"{header}\n\n{code}"
