@@ -189,3 +189,39 @@ def test_suite_list_names_every_shipped_suite_and_one_suites_experiments(capsys)
     rows = [ln.split()[0] for ln in out.splitlines()[1:]]
     assert rows == list(load_suite("hierarchical").experiments)
     assert "arch.H_cycles=4 arch.L_cycles=2" in next(ln for ln in out.splitlines() if ln.split()[:1] == ["H4xL2"])
+
+
+ISSUE51_SUITES = Path(__file__).resolve().parents[3] / "benchmarks" / "suites"
+# the keys each issue-51 suite's experiments may differ in (everything else equal, the 380 s included)
+STUDIED = {"hierarchy_x4": {"arch.name", "arch.num_layers", "arch.hidden_size", "arch.puzzle_emb_ndim", "arch.mlp_t",
+                            "arch.pos_encodings", "arch.L_layers", "arch.H_cycles", "arch.L_cycles"},
+           "act_x4": {"arch.act"}}
+
+
+@pytest.mark.parametrize("name", sorted(STUDIED))
+def test_issue51_suite_plans_12_runs_3_per_gpu_that_differ_only_in_what_they_study(name, tmp_path, monkeypatch,
+                                                                                     capsys):
+    """The device command (--scale x4 --seeds 3 --gpus 4 --parallel 12) on a machine seen as 4 GPUs: every run on
+    one GPU, each GPU hosting 3, the same 380 s and data, and each planned run accepted by `distlab train`."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("distlab.suite.runner.visible_gpus", lambda: ["0", "1", "2", "3"])
+    assert main(["suite", "run", str(ISSUE51_SUITES / f"{name}.yaml"), "--scale", "x4", "--seeds", "3", "--gpus", "4",
+                 "--parallel", "12", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "4 experiments, 12 runs" in out
+    assert "12 at a time on " + ", ".join(["GPUs 0, GPUs 1, GPUs 2, GPUs 3"] * 3) in out
+    cmds = _commands(out)
+    first = _ovr(cmds[0])
+    assert sorted(_ovr(c)["run.seed"] for c in cmds) == ["0"] * 4 + ["1"] * 4 + ["2"] * 4
+    for argv in cmds:
+        assert argv[:4] == ["train", "hrm", "--gpus", "1"]
+        o = _ovr(argv)
+        assert (o["run.time_limit_s"], o["data.test_size"], o["arch.hidden_size" if name == "act_x4" else "lr"]) == (
+            "380", "1000", "128" if name == "act_x4" else "0.001")
+        assert "eval.samples" not in o  # exact accuracy of the plain evaluation, the same for every experiment
+        differ = {k for k in {*o, *first} if o.get(k) != first.get(k)} - {"run.seed", "run.dir", "run.name"}
+        assert differ <= STUDIED[name]
+        rc = main(["train", "hrm", "--procs", "1", *argv[4:], "--dry-run"])  # this CPU machine validates it
+        assert rc == 0, capsys.readouterr().err
+        capsys.readouterr()
+    assert not any(tmp_path.iterdir())

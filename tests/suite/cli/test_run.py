@@ -10,12 +10,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 from scipy import stats
 
 EXPERIMENTS = {"base": {}, "fast_lr": {"lr": 3.0e-3}}
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _ci_text(values: list[float]) -> str:
@@ -118,3 +121,48 @@ def test_ctrl_c_checkpoints_the_running_run_and_a_rerun_resumes_it(tmp_path, tin
     assert final["status"] == "completed" and final["step"] == 60
     log = (tmp_path / "logs" / "slow" / "slow-seed0.log").read_text()
     assert log.count("===== ") == 2 and f"step{stopped['step']:08d}" in log and "resumed from" in log
+
+
+@pytest.mark.parametrize(("name", "experiments"), [
+    ("hierarchy_x4", ["hrm", "transformer_flat", "transformer_deep", "trm"]),
+    ("act_x4", ["q_learning", "halt_only", "fixed", "none"]),
+])
+def test_issue51_suite_runs_tiny_and_reports_exact_accuracy_with_holm_and_plots(tmp_path, tiny_data, cli, name,
+                                                                                 experiments):
+    """Each issue-51 suite file at its smoke size, shrunk further (6 steps, the shared tiny data), 2 seeds, through
+    `suite run` and `suite report`: exact and blank-cell accuracy per experiment as mean ± 95% interval equal to the
+    runs' own summaries, tests of both against the baseline with Holm's correction, and their plots."""
+    suite_file = ROOT / "benchmarks" / "suites" / f"{name}.yaml"
+    res = cli(["suite", "run", str(suite_file), "--smoke", "--seeds", "2", "--procs", "1", "--parallel", "2",
+               "--root", "res", "--no-report", f"data.path={tiny_data}", "steps=6", "eval_every=3",
+               "global_batch_size=8", "lr_warmup_steps=1", "log.every=1"], cwd=tmp_path, timeout=600)
+    assert res.returncode == 0 and "8 ran, 0 already finished, 0 failed" in res.stdout, res.stdout + res.stderr
+    rep = cli(["suite", "report", f"res/{name}"], cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    out = tmp_path / "res" / name / "report"
+    data = json.loads((out / "report.json").read_text())
+    assert data["baseline"] == experiments[0] and list(data["experiments"]) == experiments
+    assert data["report_metrics"]["primary"] == "exact_accuracy" and "blank_accuracy" in data["report_metrics"]["names"]
+    for exp in experiments:
+        summaries = [json.loads((tmp_path / "res" / name / exp / f"seed{s}" / "summary.json").read_text())
+                     for s in (0, 1)]
+        assert all(s["status"] == "completed" and s["step"] == 6 for s in summaries)
+        for metric in ("exact_accuracy", "blank_accuracy"):
+            got = data["experiments"][exp]["metrics"][metric]
+            values = [s["eval"][metric] for s in summaries]
+            assert got["n"] == 2 and got["mean"] == pytest.approx(np.mean(values))
+            half = stats.t.ppf(0.975, 1) * np.std(values, ddof=1) / math.sqrt(2)
+            assert got["half_width"] == pytest.approx(half, abs=1e-12)
+            tests = data["experiments"][exp]["tests"]
+            if exp == experiments[0]:
+                assert tests == {}
+            else:  # Welch against the baseline, Holm over the suite's three comparisons
+                assert tests[metric]["method"] == "welch" and "p_holm" in tests[metric]
+                p, holm = tests[metric]["p_value"], tests[metric]["p_holm"]
+                assert (p is None and holm is None) or holm >= p
+    for figure in ("bars_exact_accuracy.png", "bars_blank_accuracy.png", "learning_curves.png",
+                   "learning_curves_blank_accuracy.png"):
+        assert (out / figure).stat().st_size > 1000, figure
+    report = (out / "report.md").read_text()
+    assert "exact_accuracy (%)" in report and "blank_accuracy (%)" in report
+    assert f"Tests against {experiments[0]}" in report
