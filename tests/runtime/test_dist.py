@@ -191,3 +191,28 @@ def _flags_over_side_group(rank, world_size):
 
 def test_any_flags_travel_over_the_cpu_side_group():
     assert run_ranks(_flags_over_side_group, 3) == [(True, False, True)] * 3
+
+
+def _subgroup(rank, world_size):
+    world = Runtime.from_process_group(torch.device("cpu"))
+    pair = world.subgroup([1, 2])  # a collective: rank 0 calls it too and gets None
+    if pair is None:
+        world.send_object({"from": 0}, dst=2)
+        return None
+    sums = pair.reduce_sums({"x": float(rank)})
+    told = pair.broadcast_object(f"said by job rank {rank}", src=0)  # group rank 0 is job rank 1
+    weights = pair.broadcast_(torch.full((2,), float(rank)), src=1)  # group rank 1 is job rank 2
+    got = world.recv_object(src=0) if rank == 2 else None
+    return pair.rank, pair.world_size, sums["x"], told, weights.tolist(), pair.all_gather_object(rank), got
+
+
+def test_a_subgroup_runs_its_collectives_over_its_own_ranks_only():
+    assert run_ranks(_subgroup, 3) == [
+        None,
+        (0, 2, 3.0, "said by job rank 1", [2.0, 2.0], [1, 2], None),
+        (1, 2, 3.0, "said by job rank 1", [2.0, 2.0], [1, 2], {"from": 0})]
+
+
+def test_subgroup_ranks_must_be_distinct_and_in_range():
+    with pytest.raises(DistlabError, match="ascending and below 1"):
+        Runtime().subgroup([0, 0])

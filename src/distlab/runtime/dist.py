@@ -6,6 +6,7 @@ same variables), by ``srun`` under SLURM, or directly as a single process.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import logging
@@ -85,6 +86,7 @@ class Runtime:
     launcher: str = "single"
     timeout_s: float = 600.0
     _monitor: Any = None  # gloo group used to name late ranks (monitored_barrier is gloo-only)
+    group: Any = None  # the process group of its collectives: None = the whole job, else a :meth:`subgroup`'s
 
     @property
     def is_main(self) -> bool:
@@ -98,6 +100,50 @@ class Runtime:
     def comm_device(self) -> torch.device:
         """Where a tensor must live to take part in a collective: NCCL moves only CUDA tensors, gloo only CPU ones."""
         return self.device if self.backend == "nccl" else torch.device("cpu")
+
+    @property
+    def cpu_group(self) -> Any:
+        """The group its object collectives and barriers travel on: gloo (the monitor group under NCCL)."""
+        return self._monitor if self._monitor is not None else self.group
+
+    def global_rank(self, rank: int, group: Any = None) -> int:
+        """The job-wide rank of this Runtime's ``rank`` (torch's collectives name peers by job-wide rank)."""
+        group = self.group if group is None else group
+        return rank if group is None else dist.get_global_rank(group, rank)
+
+    def subgroup(self, ranks: list[int], timeout_s: float | None = None) -> Runtime | None:
+        """A Runtime whose collectives run over ``ranks`` (ranks of this one, ascending) only, each ranked by its place
+        in the list; None on a rank outside them.
+
+        For a job whose ranks take different roles (some train, others only sample): the trainers' gradients,
+        checkpoints and metrics agree among themselves while the other ranks do something else. Collective: every
+        rank of this Runtime calls it with the same ranks, inside them or not, as torch's ``new_group`` requires.
+        ``timeout_s``: how long its collectives wait for a member (this Runtime's ``timeout_s`` if not given).
+        """
+        if list(ranks) != sorted(set(ranks)) or not ranks or ranks[0] < 0 or ranks[-1] >= self.world_size:
+            raise DistlabError(f"subgroup ranks must be distinct, ascending and below {self.world_size}: {ranks}")
+        members = [self.global_rank(r) for r in ranks]
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        timeout = _dt.timedelta(seconds=timeout_s)
+        group = monitor = None
+        if self.distributed:
+            group = dist.new_group(members, timeout=timeout)
+            monitor = dist.new_group(members, backend="gloo", timeout=timeout) if self.backend != "gloo" else None
+        if self.rank not in ranks:
+            return None
+        return dataclasses.replace(self, rank=ranks.index(self.rank), world_size=len(ranks), group=group,
+                                   _monitor=monitor, timeout_s=timeout_s)
+
+    def send_object(self, obj: Any, dst: int) -> None:
+        """Send a picklable ``obj`` to rank ``dst`` alone (over gloo), which takes it with :meth:`recv_object`.
+        Blocks until ``dst`` takes it."""
+        dist.send_object_list([obj], dst=self.global_rank(dst, self.cpu_group), group=self.cpu_group)
+
+    def recv_object(self, src: int) -> Any:
+        """The object rank ``src`` sends with :meth:`send_object`."""
+        box: list[Any] = [None]
+        dist.recv_object_list(box, src=self.global_rank(src, self.cpu_group), group=self.cpu_group)
+        return box[0]
 
     @classmethod
     def from_process_group(cls, device: torch.device | str = "cpu", timeout_s: float = 600.0) -> Runtime:
@@ -135,7 +181,7 @@ class Runtime:
             return
         timeout = _dt.timedelta(seconds=timeout_s or self.timeout_s)
         try:
-            dist.monitored_barrier(group=self._monitor, timeout=timeout, wait_all_ranks=True)
+            dist.monitored_barrier(group=self.cpu_group, timeout=timeout, wait_all_ranks=True)
         except RuntimeError as exc:
             raise PeerLostError(_late_ranks_message(str(exc), label, timeout.total_seconds())) from None
 
@@ -143,14 +189,14 @@ class Runtime:
         if not self.distributed:
             return obj
         box = [obj if self.rank == src else None]
-        dist.broadcast_object_list(box, src=src, group=self._monitor)
+        dist.broadcast_object_list(box, src=self.global_rank(src, self.cpu_group), group=self.cpu_group)
         return box[0]
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         if not self.distributed:
             return [obj]
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj, group=self._monitor)
+        dist.all_gather_object(out, obj, group=self.cpu_group)
         return out
 
     def reduce_sums(self, sums: dict[str, float | torch.Tensor]) -> dict[str, float]:
@@ -162,7 +208,7 @@ class Runtime:
         if self.distributed:
             dev = self.device if self.backend == "nccl" else torch.device("cpu")
             vec = vec.to(dev)
-            dist.all_reduce(vec)
+            dist.all_reduce(vec, group=self.group)
             vec = vec.cpu()
         return dict(zip(keys, vec.tolist()))
 
@@ -176,7 +222,7 @@ class Runtime:
         if not self.distributed:
             return tensor.clone()
         x = tensor.to(self.comm_device, copy=True)
-        dist.all_reduce(x)
+        dist.all_reduce(x, group=self.group)
         return x.to(tensor.device)
 
     def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
@@ -189,7 +235,7 @@ class Runtime:
         if not self.distributed:
             return tensor
         x = tensor if tensor.device == self.comm_device else tensor.to(self.comm_device)
-        dist.broadcast(x, src=src)
+        dist.broadcast(x, src=self.global_rank(src), group=self.group)
         if x is not tensor:
             tensor.copy_(x)
         return tensor
@@ -208,7 +254,7 @@ class Runtime:
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._monitor)
         else:
             t = t.to(self.comm_device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return tuple(bool(v > 0) for v in t.tolist())
 
     def all_gather_equal(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -222,7 +268,7 @@ class Runtime:
             return tensor
         local = tensor.to(self.comm_device).contiguous()
         out = local.new_empty((local.shape[0] * self.world_size, *local.shape[1:]))
-        dist.all_gather_into_tensor(out, local)
+        dist.all_gather_into_tensor(out, local, group=self.group)
         return out.to(tensor.device)
 
     def all_gather_ragged(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -248,7 +294,7 @@ class Runtime:
         shape[0] = local.dim()
         shape[1:local.dim() + 1] = torch.tensor(local.shape, dtype=torch.long)
         shapes = [torch.empty_like(shape) for _ in range(self.world_size)]
-        dist.all_gather(shapes, shape)
+        dist.all_gather(shapes, shape, group=self.group)
         rows = [s.tolist() for s in shapes]
         trailing = {tuple(r[2:r[0] + 1]) for r in rows}
         if len(trailing) > 1 or len({r[0] for r in rows}) > 1:
@@ -261,7 +307,7 @@ class Runtime:
         padded = local.new_zeros((longest, *local.shape[1:]))
         padded[:local.shape[0]] = local
         parts = [torch.empty_like(padded) for _ in range(self.world_size)]
-        dist.all_gather(parts, padded)
+        dist.all_gather(parts, padded, group=self.group)
         return torch.cat([p[:n] for p, n in zip(parts, sizes)]).to(tensor.device)
 
     # -- seeds and checks --------------------------------------------------------------------
@@ -285,7 +331,7 @@ class Runtime:
             dev = self.device if self.backend == "nccl" else torch.device("cpu")
             mine = fp.to(dev)
             every = [torch.empty_like(mine) for _ in range(self.world_size)]
-            dist.all_gather(every, mine)
+            dist.all_gather(every, mine, group=self.group)
             bad = [r for r, other in enumerate(every) if not torch.equal(other, every[0])]
             if bad:
                 raise DistlabError(f"{what} differ on rank(s) {bad} from rank 0; seed or init is not "

@@ -412,10 +412,10 @@ class CheckpointManager:
             atomic_write_json(tmp / "extra.json", info)
         dcp_state = state.dcp_state()
         if self.async_save:
-            fut = dcp.async_save(dcp_state, checkpoint_id=str(tmp), process_group=self.rt._monitor)
+            fut = dcp.async_save(dcp_state, checkpoint_id=str(tmp), process_group=self.rt.cpu_group)
             self._pending = (fut, tmp, final)
         else:
-            dcp.save(dcp_state, checkpoint_id=str(tmp))
+            dcp.save(dcp_state, checkpoint_id=str(tmp), process_group=self.rt.group)
             self._finalize(tmp, final)
 
     def wait(self) -> None:
@@ -471,7 +471,7 @@ class CheckpointManager:
             log.warning("checkpoint %s holds no %s (written without it): starting it fresh", ckpt.name,
                         ", ".join(sorted(absent)))
         dcp_state = state.dcp_state(skip=absent)
-        dcp.load(dcp_state, checkpoint_id=str(ckpt))
+        dcp.load(dcp_state, checkpoint_id=str(ckpt), process_group=self.rt.group)
         state.load_dcp_state(dcp_state, skip=absent)
         state.counters.update({k: meta[k] for k in state.counters if k in meta})
         rng_file = ckpt / "rng" / f"rank{self.rt.rank}.pt"

@@ -6,11 +6,12 @@ use it instead of touching process groups, files or signals themselves.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,19 @@ class Session:
         self.snapshot = MemorySnapshot(bool(getattr(cfg.log, "memory_snapshot", False)) and not eval_mode,
                                        rt.device, self.run_dir, rt.rank)
         set_fast_math(rt, cfg.dist.tf32)
+
+    @contextlib.contextmanager
+    def narrowed(self, rt: Runtime) -> Iterator[Session]:
+        """Inside the block the session's collectives, checkpoints and wrapped models use ``rt`` (a
+        :meth:`Runtime.subgroup` of the job, or a rank alone): for a recipe whose ranks take different roles. The
+        job's Runtime comes back at the end, for what every rank does together after training (the summary, the
+        teardown barrier)."""
+        wide = self.rt
+        self.rt = self.ckpt.rt = rt
+        try:
+            yield self
+        finally:
+            self.rt = self.ckpt.rt = wide
 
     # -- model helpers ----------------------------------------------------------------------
     def wrap(self, model: nn.Module, shard_modules: list[nn.Module] | None = None, find_unused: bool = False) -> nn.Module:

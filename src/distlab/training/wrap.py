@@ -49,8 +49,9 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [device.index] if device.type == "cuda" else None
-        # a CPU-placed model in an NCCL job reduces its gradients over the gloo side group
-        group = rt._monitor if device.type == "cpu" and rt.backend == "nccl" else None
+        # a CPU-placed model in an NCCL job reduces its gradients over the gloo side group; a Runtime.subgroup's
+        # model (the trainer ranks of a job whose other ranks sample) over its own ranks only
+        group = rt._monitor if device.type == "cpu" and rt.backend == "nccl" else rt.group
         # DDP around the compiled model, not the other way round: Dynamo does not trace DDP's own forward (its
         # reducer bookkeeping, its context managers), so compiling DDP broke the graph three times in every
         # forward before reaching the model. The model is still compiled inside DDP's forward, where Dynamo's
@@ -69,6 +70,10 @@ def wrap_model(model: nn.Module, rt: Runtime, cfg: DistConfig, shard_modules: li
             rt.single_process_group()  # FSDP2 needs a group, even of one, to offload a single GPU's model
         # pinned host memory makes the copies asynchronous; it needs an accelerator
         policy = {"offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda")} if cfg.cpu_offload else {}
+        if rt.group is not None:  # a Runtime.subgroup's ranks shard among themselves (the default mesh is the job)
+            from torch.distributed.device_mesh import DeviceMesh
+
+            policy["mesh"] = DeviceMesh.from_group(rt.group, rt.comm_device.type)
         for m in shard_modules or []:
             fully_shard(wrappers.get(id(m), m), **policy)  # a checkpointed block is sharded as its wrapper
         fully_shard(model, **policy)
