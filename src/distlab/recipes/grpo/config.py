@@ -35,11 +35,15 @@ class AsyncConfig:
     and the next sampling do: the sampler and the sandbox no longer idle each other (issue 49). ``0`` is the
     synchronous loop, unchanged. Lagged rollouts are corrected per token by the truncated importance weight
     ``min(pi_train / pi_behaviour, importance_sampling_cap)`` (TRL's ``vllm_importance_sampling_cap``, verl's
-    ``rollout_is_threshold``; 2.0 is both their defaults) on the policy-gradient term.
+    ``rollout_is_threshold``; 2.0 is both their defaults) on the policy-gradient term. ``rollout_ranks=R > 0``
+    splits the job: its last R ranks only sample and score, the others only train (``split_roles.py``).
     """
 
     off_policy_steps: int = 0  # async.off_policy_steps=K: train on rollouts sampled K updates ago (0 = synchronous)
     importance_sampling_cap: float = 2.0  # async.is_cap: C in the token weight min(pi_train / pi_behaviour, C)
+    # async.rollout_ranks=R: the job's last R ranks only sample and score rollouts, the others only train
+    # (recipes/grpo/split_roles.py); 0 = every rank does both
+    rollout_ranks: int = 0
 
 
 @dataclass
@@ -84,4 +88,5 @@ ALIASES = {
     "async.off_policy_steps": "async_.off_policy_steps",
     "async.importance_sampling_cap": "async_.importance_sampling_cap",
     "async.is_cap": "async_.importance_sampling_cap",  # the short name issue 49 uses
+    "async.rollout_ranks": "async_.rollout_ranks",
 }

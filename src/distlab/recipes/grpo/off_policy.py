@@ -47,6 +47,17 @@ class RolloutsAhead:
         self.sample, self.resolve = sample, resolve
         self.batches: dict[int, Any] = {}
 
+    def start(self, step: int) -> None:
+        """Before the first step this process trains (nothing to do: ``take`` samples what is missing)."""
+
+    def after_update(self, step: int) -> dict[str, float]:
+        """After step ``step``'s update; the metrics it adds to the step's (none: the sampling is the step's own)."""
+        return {}
+
+    def close(self) -> dict[str, Any]:
+        """After the last step; what it adds to the run's summary (nothing)."""
+        return {}
+
     def take(self, step: int, times: dict[str, float]) -> Any:
         """The rollouts ``step`` trains on: sampled K steps ago, or now when none were (the first step, a resume
         without them)."""
@@ -63,13 +74,13 @@ class RolloutsAhead:
     def state_dict(self) -> dict[str, Any]:
         """The pending batches with their rewards waited for (a checkpoint cannot hold a running sandbox job)."""
         self.batches = {step: self.resolve(batch) for step, batch in self.batches.items()}
-        return {"value": pickle.dumps({step: _to_cpu(batch) for step, batch in self.batches.items()})}
+        return {"value": pickle.dumps({step: on_cpu(batch) for step, batch in self.batches.items()})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.batches = pickle.loads(state["value"])
 
 
-def _to_cpu(batch: Any) -> Any:
+def on_cpu(batch: Any) -> Any:
     """A copy of ``batch`` (a dataclass) whose behaviour log-probs are on the CPU: a checkpoint is read on any
     device, and the update moves them back to its own."""
     if getattr(batch, "behaviour", None) is None:

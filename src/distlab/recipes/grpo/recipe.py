@@ -18,6 +18,10 @@ log = logging.getLogger("distlab")
 
 
 def train(cfg: GRPOConfig, session) -> dict:
+    if cfg.async_.rollout_ranks:  # the job's last ranks only sample, the others only train
+        from distlab.recipes.grpo.split_roles import train_split
+
+        return train_split(cfg, session)
     from distlab.recipes.grpo.train import train as run
 
     return run(cfg, session)
@@ -29,7 +33,8 @@ def check(cfg: GRPOConfig, world_size: int) -> None:
     from distlab.recipes.lm.envs.checks import check_env
     from distlab.recipes.lm.rewards.functions import check_rewards
 
-    check_groups(cfg, world_size)
+    trainers = check_off_policy(cfg, world_size)  # ranks that train: all but async.rollout_ranks
+    check_groups(cfg, trainers)
     check_roles(cfg.models, ("policy",), {"reference": "the KL anchor must not move"})
     check_kl(cfg.kl, {"beta": cfg.beta})
     check_rewards(cfg.reward_funcs, cfg.reward_weights, cfg.reward_timeout_s)
@@ -37,8 +42,7 @@ def check(cfg: GRPOConfig, world_size: int) -> None:
     if "overlong" in cfg.reward_funcs and not 0 < cfg.overlong_buffer < cfg.sampling.max_completion_length:
         raise DistlabError(f"overlong_buffer={cfg.overlong_buffer} must lie between 0 and "
                            f"sampling.max_completion_length={cfg.sampling.max_completion_length} (exclusive)")
-    check_off_policy(cfg)
-    local = cfg.rows_per_rank(world_size)
+    local = cfg.rows_per_rank(trainers)
     micro_steps = -(-local // cfg.micro_batch_size)
     accum = cfg.dist.grad_accum
     if accum != 1 and accum != micro_steps:  # 1, the default: as many micro-steps as the completions need
@@ -49,10 +53,27 @@ def check(cfg: GRPOConfig, world_size: int) -> None:
         log.warning("beta=0: no reference model is loaded, models.reference.placement is unused")
 
 
-def check_off_policy(cfg: GRPOConfig) -> None:
-    """``async.*``: a lag of 0 or more steps, a cap no token's weight is cut below 1 by, and no dynamic sampling
-    (which batch trains depends on rewards that, sampled ahead, are not in yet; not supported)."""
+def check_off_policy(cfg: GRPOConfig, world_size: int) -> int:
+    """``async.*``: a lag of 0 or more steps, a cap no token's weight is cut below 1 by, no dynamic sampling
+    (which batch trains depends on rewards that, sampled ahead, are not in yet; not supported), and rollout ranks
+    that sample ahead (a lag of 1 or more) for trainer ranks left to train. Returns the number of trainer ranks."""
     lag, cap = cfg.async_.off_policy_steps, cfg.async_.importance_sampling_cap
+    rollout = cfg.async_.rollout_ranks
+    if rollout and lag < 1:
+        raise DistlabError(f"async.rollout_ranks={rollout} needs async.off_policy_steps >= 1 (rollout ranks sample "
+                           f"the batches of later steps while the trainers update); set async.off_policy_steps=1")
+    if rollout and rollout >= world_size:
+        raise DistlabError(f"async.rollout_ranks={rollout} leaves no trainer among {world_size} rank(s); launch at "
+                           f"least {rollout + 1} ranks (--procs or --gpus) or lower async.rollout_ranks")
+    trainers = world_size - rollout
+    if rollout > trainers:
+        raise DistlabError(f"async.rollout_ranks={rollout} exceeds the {trainers} trainer rank(s): each rollout rank "
+                           f"samples whole trainer shares, so {rollout - trainers} would idle; use at most "
+                           f"async.rollout_ranks={world_size // 2}")
+    if rollout and cfg.prompts_per_step % trainers:
+        raise DistlabError(f"prompts_per_step={cfg.prompts_per_step} does not split over the {trainers} trainer "
+                           f"rank(s) ({world_size} ranks less async.rollout_ranks={rollout}); use a multiple of "
+                           f"{trainers}")
     if lag < 0:
         raise DistlabError(f"async.off_policy_steps={lag} must be >= 0 (0: the synchronous loop)")
     if not cap >= 1.0:
@@ -61,6 +82,7 @@ def check_off_policy(cfg: GRPOConfig) -> None:
     if lag and cfg.dynamic_sampling:
         raise DistlabError(f"async.off_policy_steps={lag} with dynamic_sampling=true is not supported: set one of "
                            f"them off")
+    return trainers
 
 
 def validate(cfg: GRPOConfig, world_size: int) -> None:

@@ -52,7 +52,10 @@ from distlab.training.placement import DTYPES, compute_device
 from distlab.training.wrap import unwrap
 
 
-def train(cfg: GRPOConfig, session) -> dict:
+def train(cfg: GRPOConfig, session, feed: Callable[[GlobalBatchSampler, nn.Module], Any] | None = None) -> dict:
+    """The run on this rank. ``feed(data sampler, policy)``: where the batches sampled ahead come from when rollout
+    ranks sample them (``async.rollout_ranks``, :mod:`.split_roles`), in place of this rank's own
+    :class:`RolloutsAhead`."""
     rt = session.rt
     rt.seed_everything(cfg.run.seed)
     tasks, held_out, few_shot = task_split(cfg.task)
@@ -67,7 +70,10 @@ def train(cfg: GRPOConfig, session) -> dict:
     session.track("sampler", sampler)
     session.track("start_eval", start_eval)
     ahead = None
-    if cfg.async_.off_policy_steps > 0:  # batches sampled ahead are part of the run's state: resume trains on them
+    if feed is not None:  # batches received from the rollout ranks, and those asked for, are part of the state
+        ahead = feed(sampler, policy)
+        session.track("rollouts_received", ahead, per_rank=True)
+    elif cfg.async_.off_policy_steps > 0:  # batches sampled ahead are part of the run's state: resume trains on them
 
         def sample(target: int, version: int, times: dict[str, float]) -> Rollouts:
             local = [tasks[i] for i in sampler.next()]
@@ -85,22 +91,22 @@ def train(cfg: GRPOConfig, session) -> dict:
                           chunk_tokens=cfg.logprob_chunk)
     sampling = SamplingCopy(policy, DTYPES[cfg.models["policy"].dtype])  # after restore and warm-up
     evaluate = partial(_evaluate, cfg, session, sampling.module, tok, held_out, few_shot, scorer)
-    parts = Parts(policy, sampling, reference, opt, tok, few_shot, scorer,
-                  reward_functions(cfg, scorer),
-                  max_prompt_length=prompt_bound(cfg, tok, tasks, few_shot),
-                  phase=session.phase)
+    parts = build_parts(cfg, session, policy, sampling, reference, opt, tok, tasks, few_shot, scorer)
+    if ahead is not None:
+        ahead.start(step)
 
     def one_step(step: int) -> dict:
         if ahead is not None:
-            return grpo_step(cfg, session, parts, [], step, tasks, ahead=ahead)
+            return grpo_step(cfg, session, parts, [], step, tasks, ahead=ahead) | ahead.after_update(step)
         return grpo_step(cfg, session, parts, [tasks[i] for i in sampler.next()], step, tasks)
 
     status, step, last = run_steps(session, cfg, step, one_step, evaluate, shown=("reward_mean",),
                                    examples_per_step=cfg.prompts_per_step * cfg.num_generations, start_eval=start_eval)
     status, final = final_evaluation(session, status, step, evaluate)
+    ended = ahead.close() if ahead is not None else {}  # the rollout ranks, if any, stop here
     result = {"status": status, "step": step, **run_fields(cfg, status, step), "train": last,
               "world_size": rt.world_size,
-              "param_checksum": module_checksum(unwrap(policy))}
+              "param_checksum": module_checksum(unwrap(policy)), **ended}
     if final is not None:
         result["eval"] = _with_comparison(final, start_eval.value)
     scorer.close()
@@ -121,6 +127,14 @@ class Parts:
     rewards: RewardFunctions
     max_prompt_length: int | None = None  # the task set's longest prompt: one compiled decode graph per run
     phase: Callable[[str, int, str], Progress] | None = None  # Session.phase: progress of a long rollout
+
+
+def build_parts(cfg: GRPOConfig, session, policy: nn.Module, sampling: SamplingCopy, reference: nn.Module | None,
+                opt: torch.optim.Optimizer | None, tok: Any, tasks: list[Task], few_shot: list[Task],
+                scorer: RewardScorer) -> Parts:
+    """The :class:`Parts` of a run (a rollout rank's has no reference and no optimizer)."""
+    return Parts(policy, sampling, reference, opt, tok, few_shot, scorer, reward_functions(cfg, scorer),
+                 max_prompt_length=prompt_bound(cfg, tok, tasks, few_shot), phase=session.phase)
 
 
 def rollout(cfg: GRPOConfig, parts: Parts, tasks: list[Task], prompts: list[str], seed: int):
@@ -179,6 +193,9 @@ class Rollouts:
     started: list
     version: int = 0
     behaviour: list | None = None
+    # sampled on a rollout rank (split_roles): its times for the batch, its sandbox's counts (timeouts, no code...)
+    sampler_times: dict[str, float] | None = None
+    counts: dict[str, float] | None = None
 
 
 def start_rollouts(cfg: GRPOConfig, parts: Parts, local: list[Task], seed: int, times: dict[str, float]) -> Rollouts:
@@ -271,6 +288,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     else:
         ro = ahead.take(step, times)
         ahead.prefetch(step, times)  # before the update: these batches are sampled by this step's starting weights
+        times.update(ro.sampler_times or {})  # sampled on a rollout rank: its generate and reward-wait times
     mark_peak(rt, "generate", times)
     rounds = 0
     if cfg.dynamic_sampling:  # which groups train depends on their rewards: wait for them first
@@ -329,7 +347,8 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
     mark_peak(rt, "update", times)
     if cfg.log_completions and (step + 1) % cfg.log_completions == 0 and rt.is_main:
         _log_completions(session, step + 1, prompts, comps, per_func, rewards)
-    metrics = _step_metrics(rt, cfg, rewards, zero_var, comps, sums, parts.scorer, times, gnorm, batch.norm)
+    counts = ro.counts if ro.counts is not None else parts.scorer.take_counts()
+    metrics = _step_metrics(rt, cfg, rewards, zero_var, comps, sums, counts, times, gnorm, batch.norm)
     metrics |= importance_metrics(rt, sums, is_max[0] if ro.behaviour is not None else None, step, ro.version)
     if cfg.env.name:
         metrics |= env_metrics(rt, comps)
@@ -467,13 +486,13 @@ def _rollout_progress(parts: Parts, total: int) -> Progress:
     return parts.phase("rollout", total, "token") if parts.phase else Progress(total, enabled=False)
 
 
-def _step_metrics(rt, cfg, rewards, zero_var, comps, sums, scorer, times, gnorm, norm: GlobalNorm) -> dict:
+def _step_metrics(rt, cfg, rewards, zero_var, comps, sums, counts, times, gnorm, norm: GlobalNorm) -> dict:
     lengths = np.array([len(c.token_ids) for c in comps], dtype=np.float64)
     local = {"reward_sum": float(rewards.sum()), "n": float(len(rewards)), "zero_var_groups":
              zero_var * len(rewards) / cfg.num_generations, "groups": len(rewards) / cfg.num_generations,
              "length_sum": float(lengths.sum()), "truncated": float(sum(c.truncated for c in comps)),
              **{k: sums.get(k, 0.0) for k in ("kl_sum", "clip_low", "clip_high", "entropy_sum", "num_tokens")},
-             **scorer.take_counts(), **times}
+             **counts, **times}
     tot = rt.reduce_sums(local)
     tokens = max(tot["num_tokens"], 1.0)
     return {"reward_mean": tot["reward_sum"] / tot["n"], "zero_std_fraction": tot["zero_var_groups"] / tot["groups"],
