@@ -62,8 +62,11 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    train: str = "synthetic"  # synthetic | mbpp | math (synthetic word problems) | FILE.jsonl | datasets DIR
-    train_split: str = "train"
+    # synthetic | mbpp | mbpp:docstring (MBPP asked as HumanEval asks) | math (synthetic word problems) | FILE.jsonl |
+    # datasets DIR, or several joined by "+" (a mixture, lm/tasks/mixture.py)
+    train: str = "synthetic"
+    train_split: str = "train"  # every source of a mixture reads this split
+    train_weights: str = ""  # a mixture's shares of each epoch, one per source ("2,1,1"); "" = each task once
     train_size: int = 0  # mbpp/humaneval: first N of the split (0 = all); synthetic: tasks generated (0 = 512)
     eval: str = "synthetic"  # synthetic | mbpp | humaneval | math | FILE.jsonl
     eval_split: str = "eval"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from distlab.errors import DistlabError
 from distlab.recipes.lm.config import TaskConfig
 from distlab.recipes.lm.tasks import Task, load_tasks
+from distlab.recipes.lm.tasks.mixture import SEPARATOR, mix_tasks, mixture_sources, mixture_weights
 
 GENERATED = ("synthetic", "math", "math_synthetic")  # sources whose tasks are drawn, not read
 
@@ -13,14 +15,26 @@ def _families(spec: str) -> list[str] | None:
     return names or None
 
 
-def train_tasks(cfg: TaskConfig) -> list[Task]:
-    n = cfg.train_size or (512 if cfg.train in GENERATED else None)
-    return load_tasks(cfg.train, cfg.train_split, mbpp_dir=cfg.mbpp_dir, n=n, seed=cfg.seed,
+def _source_tasks(cfg: TaskConfig, source: str) -> list[Task]:
+    n = cfg.train_size or (512 if source in GENERATED else None)
+    return load_tasks(source, cfg.train_split, mbpp_dir=cfg.mbpp_dir, n=n, seed=cfg.seed,
                       families=_families(cfg.families))
+
+
+def train_tasks(cfg: TaskConfig) -> list[Task]:
+    """One source's tasks, or a mixture's (``task.train=a+b``, :mod:`.mixture`): the same list on every rank."""
+    sources = mixture_sources(cfg.train)
+    weights = mixture_weights(cfg.train_weights, sources)
+    if len(sources) == 1 and weights is None:
+        return _source_tasks(cfg, sources[0])
+    return mix_tasks([_source_tasks(cfg, s) for s in sources], weights, cfg.seed)
 
 
 def eval_tasks(cfg: TaskConfig) -> list[Task]:
     """Held out from training: another seed for synthetic tasks (and, by default, other families)."""
+    if SEPARATOR in str(cfg.eval):
+        raise DistlabError(f"task.eval={cfg.eval!r}: evaluation reads one set (a mixture is for task.train); score "
+                           f"each with distlab eval RUN task.eval=SET")
     n = cfg.eval_size or (64 if cfg.eval in GENERATED else None)
     return load_tasks(cfg.eval, cfg.eval_split, mbpp_dir=cfg.mbpp_dir, n=n, seed=cfg.seed + 10_007,
                       families=_families(cfg.eval_families))
