@@ -14,7 +14,7 @@ from types import SimpleNamespace
 def register(data_subparsers) -> None:
     p = data_subparsers.add_parser("tasks", help="write a built-in LM task set (mbpp, humaneval, synthetic, math) "
                                                   "as JSONL rows to edit and train on")
-    p.add_argument("source", help="mbpp | humaneval | synthetic | math")
+    p.add_argument("source", help="mbpp | mbpp:docstring (MBPP asked as HumanEval asks) | humaneval | synthetic | math")
     p.add_argument("--split", default=None, help="mbpp: train, validation, test, sanitized-*, sanitized (all 427); "
                                                  "humaneval: test; synthetic/math: train or eval (default: train; "
                                                  "humaneval: test)")
