@@ -4,6 +4,8 @@ sample for themselves, an exact resume, and the settings refused before launch."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from clitools import run_cli, summary  # noqa: E402
@@ -41,6 +43,10 @@ def test_one_rollout_rank_feeds_two_trainers_with_lag_k_and_resumes_exactly(tmp_
     assert cut["param_checksum"] == split["param_checksum"]
     keys = ("reward_mean", "kl", "global_tokens", "is_weight/mean", "is_weight/max", "policy_version", "policy_lag")
     assert [[r[k] for k in keys] for r in _rows(tmp_path / "runs" / "cut")] == [[r[k] for k in keys] for r in rows]
+    # an evaluation of the checkpoint samples on the ranks it has: one process is enough
+    run_cli(["eval", str(tmp_path / "runs" / "split")], tmp_path)
+    (evaluated,) = (tmp_path / "runs" / "split" / "eval").glob("*/eval.json")
+    assert "pass@1" in json.loads(evaluated.read_text())
 
 
 @pytest.mark.parametrize("settings, procs, said", [
