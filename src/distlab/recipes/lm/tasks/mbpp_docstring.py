@@ -68,10 +68,7 @@ def _docstring(text: str, example: list[str]) -> str:
 
 
 def _body(fn: ast.FunctionDef) -> str:
-    stmts = fn.body
-    if stmts and isinstance(stmts[0], ast.Expr) and isinstance(getattr(stmts[0], "value", None), ast.Constant) \
-            and isinstance(stmts[0].value.value, str):
-        stmts = stmts[1:]  # the solution's own docstring: ours replaces it
+    stmts = fn.body[1:] if ast.get_docstring(fn, clean=False) is not None else fn.body  # ours replaces its own
     return textwrap.indent("\n".join(ast.unparse(s) for s in stmts) or "pass", "    ") + "\n"
 
 
