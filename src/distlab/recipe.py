@@ -107,8 +107,8 @@ class Recipe:
     # distlab.train(RECIPE, ..., NAME=value): inputs from Python beyond config keys (the LM recipes' task dicts),
     # turned into overrides; (inputs, run.dir) -> ["key=value", ...]; files it writes go under run.dir
     python_inputs: Callable[[dict[str, Any], Path], list[str]] | None = None
-    # ``distlab eval`` of a checkpoint: overrides put before the user's, for settings of the training job's shape
-    # that an evaluation does not use and its own world size may not satisfy (ranks kept apart for sampling, say)
+    # ``distlab eval`` of a checkpoint: overrides the launcher puts before the user's, for settings of the training
+    # job's shape that an evaluation does not use and its own world size may not satisfy (ranks kept for sampling)
     eval_overrides: tuple[str, ...] = ()
 
 

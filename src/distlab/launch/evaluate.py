@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distlab.errors import DistlabError
-from distlab.recipe import load_recipe
 from distlab.run.rundir import eval_dir, run_dir_of
 from distlab.training.checkpoint import find_checkpoint, say_skipped
 
@@ -36,6 +35,5 @@ def evaluate_run(target: Path, overrides: list[str], opts, output: Path | None =
     if not recipe:
         raise DistlabError(f"{ckpt} does not name its recipe")
     out = Path(output) if output else eval_dir(ckpt)
-    overrides = [*load_recipe(recipe).eval_overrides, *overrides]
     return launch(recipe, [str(cfg_file)], overrides, opts, eval_checkpoint=ckpt, eval_output=out,
                   memory_check=memory_check)

@@ -192,6 +192,8 @@ def train(recipe_name: str, presets: list[str], overrides: list[str], opts: Laun
     nproc, pinned = world_plan(opts)
     overrides = [*pinned, *overrides]
     recipe = load_recipe(recipe_name)
+    if eval_checkpoint is not None:  # settings of the training job's shape that an evaluation does not use
+        overrides = [*recipe.eval_overrides, *overrides]
     # the one resolution (or the caller's): the ranks take it (handoff)
     cfg, smoke = resolved if resolved is not None else resolve_with_smoke(recipe, presets, overrides)
     nproc = ranks_per_node(nproc, opts, cfg.dist.devices_per_rank)
