@@ -18,7 +18,7 @@ def env_names() -> tuple[str, ...]:
 
 def check_env(env: EnvConfig, reward_funcs: Sequence[str]) -> None:
     """An environment that exists, limits that can hold an episode, rewards that read one."""
-    if not env.name:
+    if not env.name:  # env.* keys changed with no environment named would be accepted and do nothing
         changed = [f"env.{f.name}" for f in dataclasses.fields(env) if getattr(env, f.name) != f.default]
         if changed:
             raise DistlabError(f"{', '.join(changed)} set without env.name: they act only in an environment; add "
@@ -42,12 +42,9 @@ def check_env(env: EnvConfig, reward_funcs: Sequence[str]) -> None:
 
 
 def check_env_tasks(env: EnvConfig, kinds: set[str]) -> None:
-    """The task set is of the kind the environment plays (``kinds``: the kinds of the training tasks)."""
+    """The task set is of the kind the environment plays (``kinds``: the kinds of the training tasks); after
+    :func:`check_env`, which has refused env.* settings without an environment."""
     if not env.name:
-        changed = [f"env.{f.name}" for f in dataclasses.fields(env) if getattr(env, f.name) != f.default]
-        if changed:
-            raise DistlabError(f"{', '.join(changed)} set without env.name: they act only in an environment; add "
-                               f"env.name={'|'.join(env_names())} or remove them")
         return
     want = ENVS[env.name].task_kind
     if kinds - {want}:
