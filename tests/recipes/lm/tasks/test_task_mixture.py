@@ -87,3 +87,14 @@ def test_bad_mixtures_are_refused_in_one_line(mbpp_dir, overrides, message):
 def test_evaluation_reads_one_set(mbpp_dir):
     with pytest.raises(DistlabError, match="evaluation reads one set"):
         eval_tasks(TaskConfig(eval="humaneval+mbpp", eval_split="test", mbpp_dir=str(mbpp_dir)))
+
+
+def test_a_task_file_whose_path_holds_a_plus_is_one_source(tmp_path):
+    """A folder such as ``c++/`` (or a notebook's ``tasks=`` file written under it) is a path, not a mixture."""
+    folder = tmp_path / "c++"
+    folder.mkdir()
+    path = folder / "tasks.jsonl"
+    path.write_text('{"prompt": "Return 1.", "tests": "assert f() == 1", "entry_point": "f"}\n')
+    cfg = TaskConfig(train=str(path), eval=str(path))
+    assert [t.prompt for t in train_tasks(cfg)] == ["Return 1."]
+    assert [t.prompt for t in eval_tasks(cfg)] == ["Return 1."]

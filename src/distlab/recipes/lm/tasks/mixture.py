@@ -15,6 +15,7 @@ another of the same source is unused.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -25,8 +26,16 @@ SEPARATOR = "+"
 WEIGHTS_KEY = "task.train_weights"
 
 
+def names_mixture(spec: str) -> bool:
+    """Whether ``spec`` joins several sources. A path that exists is one source even when it holds a ``+`` (a
+    ``c++/`` folder, or a notebook's ``tasks=`` file written under one)."""
+    return SEPARATOR in str(spec) and not os.path.exists(str(spec))
+
+
 def mixture_sources(spec: str) -> list[str]:
     """The sources a ``task.train`` value names: one, or several joined by ``+``; each at most once."""
+    if not names_mixture(spec):
+        return [str(spec)]
     parts = [p.strip() for p in str(spec).split(SEPARATOR)]
     if any(not p for p in parts):
         raise DistlabError(f"task.train={spec!r} has an empty part; join sources with one '+', e.g. "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from distlab.errors import DistlabError
 from distlab.recipes.lm.config import TaskConfig
 from distlab.recipes.lm.tasks import Task, load_tasks
-from distlab.recipes.lm.tasks.mixture import SEPARATOR, mix_tasks, mixture_sources, mixture_weights
+from distlab.recipes.lm.tasks.mixture import mix_tasks, mixture_sources, mixture_weights, names_mixture
 
 GENERATED = ("synthetic", "math", "math_synthetic")  # sources whose tasks are drawn, not read
 
@@ -32,7 +32,7 @@ def train_tasks(cfg: TaskConfig) -> list[Task]:
 
 def eval_tasks(cfg: TaskConfig) -> list[Task]:
     """Held out from training: another seed for synthetic tasks (and, by default, other families)."""
-    if SEPARATOR in str(cfg.eval):
+    if names_mixture(cfg.eval):
         raise DistlabError(f"task.eval={cfg.eval!r}: evaluation reads one set (a mixture is for task.train); score "
                            f"each with distlab eval RUN task.eval=SET")
     n = cfg.eval_size or (64 if cfg.eval in GENERATED else None)
