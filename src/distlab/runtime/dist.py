@@ -116,8 +116,10 @@ class Runtime:
         in the list; None on a rank outside them.
 
         For a job whose ranks take different roles (some train, others only sample): the trainers' gradients,
-        checkpoints and metrics agree among themselves while the other ranks do something else. Collective: every
-        rank of this Runtime calls it with the same ranks, inside them or not, as torch's ``new_group`` requires.
+        checkpoints and metrics agree among themselves while the other ranks do something else. Collective over the
+        whole job, not only this Runtime's ranks: torch's ``new_group`` waits for every process of the job, member or
+        not, in the same order. So call it on the job's Runtime, every rank with the same ranks (a subgroup's own
+        subgroup would wait for the ranks outside it, which never call it).
         ``timeout_s``: how long its collectives wait for a member (this Runtime's ``timeout_s`` if not given).
         """
         if list(ranks) != sorted(set(ranks)) or not ranks or ranks[0] < 0 or ranks[-1] >= self.world_size:
