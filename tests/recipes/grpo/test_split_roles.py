@@ -49,6 +49,18 @@ def test_one_rollout_rank_feeds_two_trainers_with_lag_k_and_resumes_exactly(tmp_
     assert "pass@1" in json.loads(evaluated.read_text())
 
 
+def test_a_rollout_rank_of_an_offloaded_fsdp_job_samples_from_whole_weights(tmp_path):
+    """``dist.wrap=fsdp dist.cpu_offload=true``: the rollout rank's policy was sharded over the whole job's mesh and
+    its first round crashed (c10d.broadcast_ has no DTensor sharding strategy). It trains as one process sampling for
+    itself does, and holds the trained weights after the last round."""
+    offload = [*TINY, "steps=2", "dist.wrap=fsdp", "dist.cpu_offload=true"]
+    run_cli(["train", "grpo", *offload, "--procs", "2", "async.rollout_ranks=1", "run.name=split"], tmp_path)
+    run_cli(["train", "grpo", *offload, "--procs", "1", "run.name=alone"], tmp_path)
+    split, alone = summary(tmp_path / "runs" / "split"), summary(tmp_path / "runs" / "alone")
+    assert split["status"] == "completed" and split["param_checksum"] == alone["param_checksum"]
+    assert split["rollout_param_checksums"] == [split["param_checksum"]]
+
+
 @pytest.mark.parametrize("settings, procs, said", [
     (["async.rollout_ranks=1", "async.off_policy_steps=0"], 2, "needs async.off_policy_steps >= 1"),
     (["async.rollout_ranks=2"], 2, "leaves no trainer among 2 rank(s)"),

@@ -214,7 +214,10 @@ def serve_rollouts(cfg: GRPOConfig, session, roles: Roles) -> dict:
     rt = session.rt
     rt.seed_everything(cfg.run.seed)
     tasks, _, few_shot = task_split(cfg.task)
-    policy, tok = load_placed("policy", cfg, session, cfg.run.seed)
+    # neither trained nor sharded here, so never offloaded: FSDP2 would shard it over the whole job's mesh, which
+    # this rank alone never gathers, and the weights each round hands over are whole tensors
+    whole = dataclasses.replace(cfg, dist=dataclasses.replace(cfg.dist, cpu_offload=False))
+    policy, tok = load_placed("policy", whole, session, cfg.run.seed)
     scorer = RewardScorer(cfg.sandbox, cfg.model.prompt_mode, rt.local_world_size)
     parts = build_parts(cfg, session, policy, SamplingCopy(policy, DTYPES[cfg.models["policy"].dtype]), None, None,
                         tok, tasks, few_shot, scorer)
