@@ -8,8 +8,10 @@ sources are interleaved at random but identically on 1, 2 or 8 ranks, and a resu
 Proportions: without weights each source contributes its tasks once per epoch (sizes decide the shares). With
 weights ``w_i`` an epoch keeps its length (the sources' sizes summed) and source ``i`` fills ``w_i / sum(w)`` of
 it (largest remainders settle the rounding), taking its tasks in a seeded order of its own and starting that order
-again only when all have been used: a small source is repeated, a large one subsampled, never a task twice while
-another of the same source is unused.
+again only when all have been used: a small source is repeated, a large one subsampled, never a task twice within
+an epoch while another of the same source is unused. The list is drawn once, so every epoch visits the same
+subsample of a subsampled source (in a new order): a run longer than one epoch that should see all of a large
+source gives it more weight or more epochs' worth of prompts per source, not this list.
 """
 
 from __future__ import annotations
