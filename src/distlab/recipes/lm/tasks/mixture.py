@@ -10,8 +10,8 @@ weights ``w_i`` an epoch keeps its length (the sources' sizes summed) and source
 it (largest remainders settle the rounding), taking its tasks in a seeded order of its own and starting that order
 again only when all have been used: a small source is repeated, a large one subsampled, never a task twice within
 an epoch while another of the same source is unused. The list is drawn once, so every epoch visits the same
-subsample of a subsampled source (in a new order): a run longer than one epoch that should see all of a large
-source gives it more weight or more epochs' worth of prompts per source, not this list.
+subsample of a subsampled source (in a new order): to train on all of a large source, give it a weight that
+keeps its share at its size or above.
 """
 
 from __future__ import annotations
