@@ -136,6 +136,12 @@ class Runtime:
         return dataclasses.replace(self, rank=ranks.index(self.rank), world_size=len(ranks), group=group,
                                    _monitor=monitor, timeout_s=timeout_s)
 
+    def alone(self) -> Runtime:
+        """This rank by itself: a Runtime of one whose collectives return at once, for a rank that takes part in no
+        group of its role (a rollout rank of a job split into roles). It keeps its job-wide rank, so only the job's
+        rank 0 is ever the main rank that logs and writes."""
+        return dataclasses.replace(self, world_size=1, group=None, _monitor=None)
+
     def send_object(self, obj: Any, dst: int) -> None:
         """Send a picklable ``obj`` to rank ``dst`` alone (over gloo), which takes it with :meth:`recv_object`.
         Blocks until ``dst`` takes it."""

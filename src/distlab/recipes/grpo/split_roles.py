@@ -90,8 +90,7 @@ def split_roles(rollout_ranks: int, world: Runtime) -> Roles:
     trainers = world.world_size - rollout_ranks
     group = world.subgroup(list(range(trainers)))
     sync = world.subgroup([0, *range(trainers, world.world_size)], timeout_s=ROUND_WAIT_S)
-    alone = dataclasses.replace(world, world_size=1, group=None, _monitor=None)  # keeps its rank: never the main one
-    return Roles(world, trainers, group if group is not None else alone, sync)
+    return Roles(world, trainers, group if group is not None else world.alone(), sync)
 
 
 def train_split(cfg: GRPOConfig, session) -> dict:
