@@ -109,3 +109,21 @@ def test_a_text_setting_keeps_the_word_as_typed():
     with pytest.raises(DistlabError, match="lr=off"):
         compose(ToyConfig, [], ["lr=off"])  # a number is still parsed as one
     assert to_object(compose(ToyConfig, [], ["dist.compile=true"])).dist.compile is True
+
+
+def test_run_name_survives_a_new_key_with_a_default_and_ignores_the_layout():
+    """A release that adds a setting (with its default) must not rename existing runs: the same command resumes."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Grown(ToyConfig):
+        new_knob: int = 7  # a key added later, at its default
+
+    old = to_object(compose(ToyConfig, [], ["lr=0.1"]))
+    new = to_object(compose(Grown, [], ["lr=0.1"]))
+    assert default_run_name("toy", old) == default_run_name("toy", new)
+    assert default_run_name("toy", new) != default_run_name("toy", to_object(compose(Grown, [], ["lr=0.1",
+                                                                                               "new_knob=8"])))
+    # a recipe's layout keys are how its ranks share the work: another layout continues the same run
+    assert default_run_name("toy", old, ("lr",)) == default_run_name("toy", to_object(compose(ToyConfig, [], [])),
+                                                                     ("lr",))

@@ -126,7 +126,7 @@ def train(recipe: str, overrides: Sequence[str] | Mapping[str, Any] | None = Non
     A bad setting raises :class:`DistlabError` with the command's one-line message; a run stopped by a signal
     returns its summary with ``status: preempted`` (run the same call again to resume).
     """
-    from distlab.config import composed_config, default_run_name, resolve_with_smoke
+    from distlab.config import composed_config, name_run, resolve_with_smoke
     from distlab.launch.launcher import LaunchOptions, world_plan
     from distlab.recipe import load_recipe
 
@@ -150,8 +150,7 @@ def train(recipe: str, overrides: Sequence[str] | Mapping[str, Any] | None = Non
     # resolved once, here: the launcher takes this resolution and its ranks the launcher's hand-off
     resolved = resolve_with_smoke(rec, list(config), [*pinned, *items])
     cfg = resolved[0]
-    if not cfg.run.name:  # the name the launcher would give it: known here for the summary's path
-        cfg.run.name = default_run_name(rec.name, cfg)
+    name_run(rec, cfg)  # the name the launcher would give it: known here for the summary's path
     run_dir = Path(cfg.run.dir) / cfg.run.name
     flags = [x for p in config for x in ("--config", p)]
     flags += ["--procs", str(procs)] if procs is not None else ["--gpus", str(gpus)] if gpus is not None else []

@@ -412,23 +412,78 @@ def to_yaml(cfg: Any) -> str:
 IDENTITY_EXCLUDED = ("run", "dist", "ckpt", "log")
 
 
-def default_run_name(recipe: str, cfg: Any) -> str:
+def default_run_name(recipe: str, cfg: Any, layout_keys: tuple[str, ...] = ()) -> str:
     """Deterministic from what defines the experiment, so re-running the same command resumes it.
 
-    Where and how it runs (devices, process count, logging, checkpoint cadence) is left out, so the
-    same command on another world size continues the same run; the seed is kept in.
+    Only settings that differ from their schema's defaults enter the name, so a new key added with a default (every
+    release adds some) leaves the names of existing runs, and with them their resume, as they were. Where and how it
+    runs (devices, process count, logging, checkpoint cadence, a model's wrapping, the recipe's ``layout_keys``) is
+    left out, so the same command on another world size continues the same run; the seed is kept in.
     """
-    conf = OmegaConf.to_container(OmegaConf.structured(cfg) if not isinstance(cfg, DictConfig) else cfg,
-                                  enum_to_str=True)
-    ident = {k: v for k, v in conf.items() if k not in IDENTITY_EXCLUDED}
-    ident["seed"] = conf["run"]["seed"]
-    if ident.get("optim") == {"state_dtype": "fp32"}:  # the default: names of runs from before it existed hold
-        ident.pop("optim")
-    for settings in (ident.get("models") or {}).values():  # how a model is wrapped is how it runs, not what it is;
-        if isinstance(settings, dict) and settings.get("wrap") is None:  # unset (dist.wrap) names as the old ddp did
-            settings["wrap"] = "ddp"
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_object(cfg)
+    ident = _changed(cfg, _defaults_of(cfg))
+    ident = {k: v for k, v in (ident if isinstance(ident, dict) else {}).items() if k not in IDENTITY_EXCLUDED}
+    ident["seed"] = cfg.run.seed
+    for key in layout_keys:  # the recipe's own "how it runs" keys (Recipe.layout_keys)
+        *parents, leaf = key.split(".")
+        node = ident
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    models = ident.get("models")
+    if isinstance(models, dict):  # how a model is wrapped is how it runs, not what it is
+        for role, settings in list(models.items()):
+            if isinstance(settings, dict):
+                settings.pop("wrap", None)
+                if not settings:
+                    models.pop(role)
+        if not models:
+            ident.pop("models")
     digest = hashlib.sha1(OmegaConf.to_yaml(OmegaConf.create(ident), sort_keys=True).encode()).hexdigest()[:8]
     return f"{recipe}-{digest}"
+
+
+_SAME = object()
+
+
+def _defaults_of(value: Any) -> Any:
+    """A dataclass's schema defaults (its type built with no arguments), or None where it has required fields."""
+    try:
+        return type(value)()
+    except TypeError:
+        return None
+
+
+def _plain(value: Any) -> Any:
+    """A value as the config file would hold it (enums by their value, tuples as lists)."""
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value.value if isinstance(value, Enum) else value
+
+
+def _changed(value: Any, default: Any) -> Any:
+    """What of ``value`` differs from ``default``, as plain nested dicts; ``_SAME`` where nothing does. A dataclass
+    with no counterpart (a model named only in this config) is compared with its own type's defaults."""
+    if is_dataclass(value):
+        if type(default) is not type(value):
+            default = _defaults_of(value)
+        if default is None:
+            return _plain(value)
+        out = {f.name: _changed(getattr(value, f.name), getattr(default, f.name)) for f in fields(value)}
+        out = {k: v for k, v in out.items() if v is not _SAME}
+        return out or _SAME
+    if isinstance(value, dict) and (isinstance(default, dict) or default is None):
+        default = default or {}
+        out = {str(k): _changed(v, default.get(k, _SAME)) for k, v in value.items()}
+        out = {k: v for k, v in out.items() if v is not _SAME}
+        return out or (_SAME if len(value) == len(default) else {})
+    return _SAME if _plain(value) == _plain(default) else _plain(value)
 
 
 def _get(obj: Any, dotted: str) -> Any:
@@ -671,9 +726,14 @@ def check_run_name(name: str | None) -> None:
         raise DistlabError(f"run.name is {len(name)} characters long; use at most {MAX_RUN_NAME}")
 
 
+def name_run(recipe: Any, cfg: Any) -> None:
+    """Give ``cfg`` its default run name unless the user named it (before world-size scaling changes any key)."""
+    if not cfg.run.name:
+        cfg.run.name = default_run_name(recipe.name, cfg, getattr(recipe, "layout_keys", ()))
+
+
 def finalize_config(recipe: Any, cfg: Any, world_size: int) -> tuple[Any, list[dict]]:
     """Name the run and apply world-size scaling, once (in the launcher, and on rank 0 of the job)."""
-    if not cfg.run.name:
-        cfg.run.name = default_run_name(recipe.name, cfg)
+    name_run(recipe, cfg)
     scaling = apply_scaling(cfg, world_size, recipe.batch_keys, recipe.lr_keys)
     return cfg, scaling

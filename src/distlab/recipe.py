@@ -110,6 +110,9 @@ class Recipe:
     # ``distlab eval`` of a checkpoint: overrides the launcher puts before the user's, for settings of the training
     # job's shape that an evaluation does not use and its own world size may not satisfy (ranks kept for sampling)
     eval_overrides: tuple[str, ...] = ()
+    # Dotted schema fields that say how the job's ranks share the work, not what is trained (GRPO's rollout ranks):
+    # left out of the default run name, so the same command on another layout resumes the same run
+    layout_keys: tuple[str, ...] = ()
 
 
 def _targets() -> dict[str, str]:

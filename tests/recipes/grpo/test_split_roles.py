@@ -80,3 +80,18 @@ def test_settings_that_cannot_split_are_refused_in_one_line_before_launch(tmp_pa
     lines = [ln for ln in err.splitlines() if ln.strip() and "Warning" not in ln and not ln.startswith("  ")]
     assert rc not in (0, None) and len(lines) == 1 and lines[0].startswith("distlab: error:"), err
     assert said in lines[0] and not (tmp_path / "runs").exists()
+
+
+def test_rollout_ranks_do_not_rename_the_run():
+    """Rollout ranks change who samples, not what is trained: the same command on another split resumes the run."""
+    from distlab.config import finalize_config, resolve_config
+    from distlab.recipe import load_recipe
+
+    recipe = load_recipe("grpo")
+
+    def name(*overrides: str) -> str:
+        cfg, _ = finalize_config(recipe, resolve_config(recipe, [], ["async.off_policy_steps=1", *overrides]), 4)
+        return cfg.run.name
+
+    assert name() == name("async.rollout_ranks=1") == name("async.rollout_ranks=2")
+    assert name() != name("async.importance_sampling_cap=3")

@@ -125,6 +125,7 @@ RECIPE = Recipe(name="grpo", config=GRPOConfig, train=train, presets_dir=PRESETS
                 report_metrics=("pass@1", "sampled_pass@1", "reward_mean"), positive_keys=LM_POSITIVE_KEYS,
                 zero_means=LM_ZERO_MEANS, smoke=LM_SMOKE, python_inputs=python_inputs,
                 eval_overrides=("async.rollout_ranks=0",),  # an evaluation samples on every rank it has
+                layout_keys=("async_.rollout_ranks",),  # rollout ranks change who samples, not what is trained
                 supports=frozenset({"dist.cpu_offload",
                                     "run.time_limit_s", "dist.grad_accum", "dist.wrap", "dist.compile", "dist.compile_split_ddp",
                                     "dist.compile_mode", "dist.activation_checkpointing",
