@@ -7,6 +7,7 @@ process starts, with the closest valid keys named in a one-line error.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import math
 import re
@@ -409,7 +410,7 @@ def to_yaml(cfg: Any) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg) if not isinstance(cfg, DictConfig) else cfg)
 
 
-IDENTITY_EXCLUDED = ("run", "dist", "ckpt", "log")
+IDENTITY_EXCLUDED = ("run", "dist", "ckpt", "log", "models.*.wrap")  # where and how a run runs
 
 
 def default_run_name(recipe: str, cfg: Any, layout_keys: tuple[str, ...] = ()) -> str:
@@ -422,25 +423,8 @@ def default_run_name(recipe: str, cfg: Any, layout_keys: tuple[str, ...] = ()) -
     """
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_object(cfg)
-    ident = _changed(cfg, _defaults_of(cfg))
-    ident = {k: v for k, v in (ident if isinstance(ident, dict) else {}).items() if k not in IDENTITY_EXCLUDED}
-    ident["seed"] = cfg.run.seed
-    for key in layout_keys:  # the recipe's own "how it runs" keys (Recipe.layout_keys)
-        *parents, leaf = key.split(".")
-        node = ident
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(leaf, None)
-    models = ident.get("models")
-    if isinstance(models, dict):  # how a model is wrapped is how it runs, not what it is
-        for role, settings in list(models.items()):
-            if isinstance(settings, dict):
-                settings.pop("wrap", None)
-                if not settings:
-                    models.pop(role)
-        if not models:
-            ident.pop("models")
+    ident = _changed(cfg, _defaults_of(cfg), "", (*IDENTITY_EXCLUDED, *layout_keys))
+    ident = {**(ident if isinstance(ident, dict) else {}), "seed": cfg.run.seed}
     digest = hashlib.sha1(OmegaConf.to_yaml(OmegaConf.create(ident), sort_keys=True).encode()).hexdigest()[:8]
     return f"{recipe}-{digest}"
 
@@ -467,22 +451,26 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
-def _changed(value: Any, default: Any) -> Any:
-    """What of ``value`` differs from ``default``, as plain nested dicts; ``_SAME`` where nothing does. A dataclass
-    with no counterpart (a model named only in this config) is compared with its own type's defaults."""
-    if is_dataclass(value):
-        if type(default) is not type(value):
-            default = _defaults_of(value)
-        if default is None:
-            return _plain(value)
-        out = {f.name: _changed(getattr(value, f.name), getattr(default, f.name)) for f in fields(value)}
+def _changed(value: Any, default: Any, path: str, skip: tuple[str, ...]) -> Any:
+    """What of ``value`` differs from ``default``, as plain nested dicts; ``_SAME`` where nothing does. Dotted paths
+    matching a ``skip`` pattern (fnmatch: ``models.*.wrap``) count as unchanged. A dataclass with no counterpart (a
+    model named only in this config) is compared with its own type's defaults."""
+    if path and any(fnmatch.fnmatchcase(path, p) for p in skip):
+        return _SAME
+    if is_dataclass(value) or isinstance(value, dict):
+        if is_dataclass(value):
+            if type(default) is not type(value):
+                default = _defaults_of(value)
+            if default is None:
+                default = {}
+            items = {f.name: getattr(value, f.name) for f in fields(value)}
+            get = (lambda k: getattr(default, k)) if is_dataclass(default) else (lambda k: _SAME)
+        else:
+            items = {str(k): v for k, v in value.items()}
+            get = (lambda k: default.get(k, _SAME)) if isinstance(default, dict) else (lambda k: _SAME)
+        out = {k: _changed(v, get(k), f"{path}.{k}" if path else k, skip) for k, v in items.items()}
         out = {k: v for k, v in out.items() if v is not _SAME}
         return out or _SAME
-    if isinstance(value, dict) and (isinstance(default, dict) or default is None):
-        default = default or {}
-        out = {str(k): _changed(v, default.get(k, _SAME)) for k, v in value.items()}
-        out = {k: v for k, v in out.items() if v is not _SAME}
-        return out or (_SAME if len(value) == len(default) else {})
     return _SAME if _plain(value) == _plain(default) else _plain(value)
 
 

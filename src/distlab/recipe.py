@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,15 +142,19 @@ def load_recipe(name: str) -> Recipe:
 def install_hint(module: str | None) -> str:
     """How to get ``module``: the distlab extra that declares it (read from the installed package's metadata, so
     the hint cannot drift from pyproject.toml), else ``pip install`` of the module itself."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
     top = (module or "").split(".")[0]
-    wanted = top.lower().replace("-", "_")
-    extras = []
-    for line in md.requires("distlab") or []:
-        req, _, marker = line.partition(";")
-        dist = re.split(r"[\s\[<>=!~]", req.strip(), maxsplit=1)[0]
-        if dist.lower().replace("-", "_") == wanted and "extra ==" in marker:
-            extras.append(marker.split("extra ==")[1].strip().strip("'\""))
-    extras.sort(key=lambda e: e == "dev")  # the extra a user asks for, not the contributors' one that repeats it
-    if not extras:
-        return f"install it with: pip install {top}"
-    return f"install it with: pip install 'distlab[{extras[0]}]' (or pip install -e '.[{extras[0]}]' in a checkout)"
+    meta = md.metadata("distlab")
+    # the extra a user asks for first, not the contributors' one that repeats it
+    extras = sorted(meta.get_all("Provides-Extra") or [], key=lambda e: e == "dev")
+    wanted = canonicalize_name(top)
+    for line in meta.get_all("Requires-Dist") or []:
+        req = Requirement(line)
+        if canonicalize_name(req.name) != wanted or req.marker is None:
+            continue
+        extra = next((e for e in extras if req.marker.evaluate({"extra": e})), None)
+        if extra is not None:
+            return f"install it with: pip install 'distlab[{extra}]' (or pip install -e '.[{extra}]' in a checkout)"
+    return f"install it with: pip install {top}"
