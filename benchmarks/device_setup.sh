@@ -73,3 +73,12 @@ join_qwen() {  # the Qwen2.5-Coder-0.5B asset, joined once per warm machine and 
   fi
   export ASSET
 }
+
+MBPP_STASH=/tmp/data/mbpp  # MBPP's files (../shared does not travel): carry .data/mbpp once, made here with
+#   mkdir -p .data && cp -r ../shared/data/mbpp .data/       (.data is git-ignored through .git/info/exclude)
+
+stash_mbpp() {  # copy a carried .data/mbpp to /tmp, where later calls on this warm machine find it; sets MBPP_DIR
+  if [ -f .data/mbpp/mbpp.jsonl ]; then mkdir -p "$MBPP_STASH" && cp .data/mbpp/* "$MBPP_STASH"/; fi
+  [ -f "$MBPP_STASH/mbpp.jsonl" ] || { echo "no MBPP files: carry .data/mbpp in this call or one right before"; exit 1; }
+  export MBPP_DIR=$MBPP_STASH
+}

@@ -2,9 +2,9 @@
 # Issue 44 item 2: seed 004's placement (policy and critic on GPU 0, guidance and value on GPU 1, reference and
 # target critic on the CPU) against everything on one GPU, on Qwen2.5-Coder-0.5B-Instruct's real weights (the
 # 4-bit GGUF asset, dequantised to bf16): peak memory per device and seconds per step, both arms side by side
-# (GPU 0; GPUs 1-2) on a multi-GPU machine, the same MBPP prompts, STEPS steps each (default 6; step 1 includes
-# start-up and is left out of the medians).
-#   bash benchmarks/gpu_score_place_qwen.sh           (after the asset's pieces: see benchmarks/device_setup.sh)
+# (GPU 0; GPUs 1-2) on a machine of 3 GPUs or more, one after the other (GPU 0; GPUs 0-1) on a 2-GPU machine, the
+# same MBPP prompts, STEPS steps each (default 6; step 1 includes start-up and is left out of the medians).
+#   bash benchmarks/gpu_score_place_qwen.sh           (after the asset's pieces and MBPP: see benchmarks/device_setup.sh)
 # `SMOKE=1 bash $0` runs both command lines on the CPU with the tiny model (placements on cpu).
 set -uo pipefail
 [ "${SMOKE:-0}" = 1 ] || source benchmarks/device_setup.sh  # the CPU smoke run needs no wheels
@@ -20,7 +20,8 @@ if [ "${SMOKE:-0}" = 1 ]; then
   ONE="--procs 1"; SPLIT="--procs 1"; MAP=""
 else
   join_qwen || exit 1
-  MODEL="model.source=$ASSET model.prompt_mode=chat dist.precision=bf16"
+  stash_mbpp
+  MODEL="model.source=$ASSET model.prompt_mode=chat dist.precision=bf16 task.mbpp_dir=$MBPP_DIR"
   ONE="--gpus 1"; SPLIT="--gpus 2 dist.devices_per_rank=2"
   MAP="models.policy.placement=cuda:0 models.critic.placement=cuda:0 models.guidance.placement=cuda:1
        models.value.placement=cuda:1 models.reference.placement=cpu models.target_critic.placement=cpu"
@@ -32,17 +33,15 @@ run() {  # NAME VISIBLE LAUNCH [overrides...]
   echo "[$name] exit $? $(date -u +%T)"; cp /tmp/runs/$name/metrics.jsonl $RES/$name.jsonl 2>/dev/null
 }
 date -u; nvidia-smi -L 2>/dev/null
-run place-one-gpu 0 "$ONE" & P1=$!
-run place-seed004 1,2 "$SPLIT" $MAP & P2=$!
-wait $P1 $P2
-python3 - "$RES" <<'PY'
-import json, pathlib, statistics, sys
-for f in sorted(pathlib.Path(sys.argv[1]).glob("*.jsonl")):
-    rows = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
-    train = [r for r in rows if r.get("split") == "train"]
-    gaps = [b["time"] - a["time"] for a, b in zip(train, train[1:])]  # step 1 (start-up) has no gap before it
-    peaks = {k: round(max(r[k] for r in rows if k in r), 2) for r in rows for k in r if "peak" in k}
-    step = f"median step {statistics.median(gaps):.2f} s over {len(gaps)} steps" if gaps else "fewer than 2 steps"
-    print(json.dumps({"run": f.stem, "step": step, **peaks}))
-PY
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 3 ] || [ "${SMOKE:-0}" = 1 ]; then
+  run place-one-gpu 0 "$ONE" & P1=$!
+  run place-seed004 1,2 "$SPLIT" $MAP & P2=$!
+  wait $P1 $P2
+else  # two GPUs: the arms one after the other (ONE_SIDE: a command for GPU 1 beside the one-GPU arm)
+  [ -n "${ONE_SIDE:-}" ] && { CUDA_VISIBLE_DEVICES=1 bash -c "$ONE_SIDE" & PSIDE=$!; }
+  run place-one-gpu 0 "$ONE"
+  [ -n "${PSIDE:-}" ] && wait $PSIDE
+  run place-seed004 0,1 "$SPLIT" $MAP
+fi
+python3 benchmarks/step_rates.py $RES/*.jsonl --vs place-one-gpu
 date -u

@@ -75,6 +75,11 @@ SCORE_CASES = [
                                                               "models.target_critic.placement=cpu", "dist.wrap=fsdp",
                                                               "dist.cpu_offload=true", "@cap"]),
 ]
+LORA_CASES = [  # issue 49 item 3: adapters only (fp32 adapters on the bf16 frozen base) against full fine-tuning
+    ("full fine-tuning", []),
+    ("LoRA r=16", ["model.lora_r=16"]),
+    ("LoRA r=64", ["model.lora_r=64"]),
+]
 PRECISION_CASES = [  # issue 30 item 1: the same GRPO step with bf16 and with fp16 autocast (loss scaling)
     ("bf16", ["models.policy.dtype=bf16"]),
     ("fp16 (loss scaling)", ["dist.precision=fp16", "models.policy.dtype=fp16", "models.reference.dtype=fp16"]),
@@ -251,7 +256,7 @@ def table(title: str, rows: list[dict]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", default="", help="comma-separated suites: grpo, score, precision (default: all)")
+    p.add_argument("--only", default="", help="comma-separated suites: grpo, score, precision, lora (default: all)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--extra", default="", help="overrides added to every case, e.g. sampling.backend=hf")
     p.add_argument("--timeout", type=float, default=150.0, help="seconds per case")
@@ -270,7 +275,8 @@ def main() -> int:
     suites = {"grpo": (GRPO, GRPO_CASES, "GRPO step, Qwen2.5-1.5B shape (random weights), 64 completions x 256"),
               "score": (SCORE, SCORE_CASES, "SCoRe step, Llama-3.2-3B shape (random weights), policy + reference + "
                                             "frozen guidance + critics, 16 episodes x 128"),
-              "precision": (GRPO, PRECISION_CASES, "GRPO step, Qwen2.5-1.5B shape (random weights): bf16 vs fp16")}
+              "precision": (GRPO, PRECISION_CASES, "GRPO step, Qwen2.5-1.5B shape (random weights): bf16 vs fp16"),
+              "lora": (GRPO, LORA_CASES, "GRPO step, Qwen2.5-1.5B shape (random weights): LoRA vs full fine-tuning")}
     picks = parse_pick(a.pick, {key: len(cases) for key, (_, cases, _) in suites.items()})
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
