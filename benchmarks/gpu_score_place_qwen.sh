@@ -13,7 +13,7 @@ RES=/tmp/score_place; mkdir -p $RES
 [ -n "${OUT:-}" ] && trap 'tar czf $OUT/score_place.tgz -C $RES . 2>/dev/null' EXIT && trap 'exit 143' TERM INT
 COMMON="task.train=mbpp task.train_split=train evaluation.before=false log.every=1 log.progress=false steps=$STEPS
  prompts_per_step=8 num_generations=4 sampling.max_completion_length=192 guidance=trained advantage=critic
- ckpt.every=0 sandbox.workers=16"
+ ckpt.every=0 sandbox.workers=16 task.eval_size=${EVAL_N:-8}"
 if [ "${SMOKE:-0}" = 1 ]; then
   MODEL="model.source=tiny:llama-2l model.prompt_mode=text task.train=synthetic task.train_size=16 steps=2
          prompts_per_step=2 num_generations=2 sampling.max_completion_length=16 hint_max_tokens=8 dist.precision=fp32"

@@ -51,8 +51,8 @@ case $STAGE in
   qwen-a)
     [ "$SMOKE" = 1 ] || join_qwen
     [ "$SMOKE" = 1 ] || stash_mbpp
-    for _ in $(seq 120); do [ -f $DRILLS/done ] && break; sleep 1; done  # the drills' GPUs, at most 2 minutes
-    [ -f $DRILLS/done ] || { echo "drills still running after 120 s: stopped"; pkill -f fault_drills.py; sleep 5
+    for _ in $(seq "${DRILL_WAIT_S:-120}"); do [ -f $DRILLS/done ] && break; sleep 1; done  # the drills' GPUs
+    [ -f $DRILLS/done ] || { echo "drills still running: stopped"; pkill -f fault_drills.py; sleep 5
                              pkill -f "distlab.cli train grpo"; }
     cp -r $DRILLS /tmp/x2/drills.log $RES/ 2>/dev/null; cat $DRILLS/grpo-drills.json 2>/dev/null | tail -5
     # EvalPlus's harness, base model, greedy: MBPP sanitized (427) and HumanEval (164), on GPU 1 beside the

@@ -216,3 +216,48 @@ def test_a_subgroup_runs_its_collectives_over_its_own_ranks_only():
 def test_subgroup_ranks_must_be_distinct_and_in_range():
     with pytest.raises(DistlabError, match="ascending and below 1"):
         Runtime().subgroup([0, 0])
+
+
+def _splits_under_a_bound_default_group(rank, world_size):
+    """The no-colour splits a rank outside a subgroup makes when the default group is bound to a device, as
+    ``init_runtime`` binds an NCCL one, recorded on gloo: the default group is bound to a stand-in device, torch's
+    split source is a recorder, and each group is built without the device (a gloo group refuses one)."""
+    import dataclasses
+
+    import torch.distributed.distributed_c10d as c10d
+
+    splits = []
+
+    class Recorder:
+        supports_splitting = True
+
+        def perform_nocolor_split(self, device):
+            splits.append(str(device))
+
+    helper, source = c10d._new_process_group_helper, c10d._get_split_source
+
+    def without_device(*args, **kwargs):
+        return helper(*args, **{**kwargs, "device_id": None})
+
+    world = Runtime.from_process_group(torch.device("cpu"))
+    world = dataclasses.replace(world, backend="nccl")  # so subgroup makes the gloo twin it makes under NCCL
+    default = c10d._get_default_group()
+    c10d._new_process_group_helper, c10d._get_split_source = without_device, lambda pg: Recorder()
+    default.bound_device_id = torch.device("cpu", 0)
+    try:
+        trainers = world.subgroup([0])
+        both = world.subgroup([0, 1])
+        bound_after = default.bound_device_id
+    finally:
+        c10d._new_process_group_helper, c10d._get_split_source = helper, source
+        default.bound_device_id = None
+    got = both.broadcast_object(f"from {rank}", src=0)  # the gloo twin works for its members
+    return splits, trainers is None, str(bound_after), got
+
+
+def test_a_subgroup_asks_non_members_for_one_split_only():
+    """Rank 1 is outside the trainers' group: one split, for its NCCL group (rank 0's split of that group matches
+    it), none for the gloo twin, and the default group stays bound. On the code before, rank 1 split twice and
+    waited for a second split no one made: the 2-GPU job split into roles hung at start."""
+    assert run_ranks(_splits_under_a_bound_default_group, 2) == [
+        ([], False, "cpu:0", "from 0"), (["cpu:0"], True, "cpu:0", "from 0")]

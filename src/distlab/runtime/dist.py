@@ -130,7 +130,7 @@ class Runtime:
         group = monitor = None
         if self.distributed:
             group = dist.new_group(members, timeout=timeout)
-            monitor = dist.new_group(members, backend="gloo", timeout=timeout) if self.backend != "gloo" else None
+            monitor = _gloo_subgroup(members, timeout) if self.backend != "gloo" else None
         if self.rank not in ranks:
             return None
         return dataclasses.replace(self, rank=ranks.index(self.rank), world_size=len(ranks), group=group,
@@ -470,6 +470,24 @@ def _pick_devices(local_rank: int, want: str, per_rank: int = 1) -> list[torch.d
     # set_device before any other CUDA call, so no rank creates a stray context on GPU 0
     torch.cuda.set_device(first)
     return [torch.device("cuda", first + i) for i in range(per_rank)]
+
+
+def _gloo_subgroup(members: list[int], timeout: _dt.timedelta) -> Any:
+    """A gloo group of ``members`` beside an NCCL job, made as if the default group were bound to no device.
+
+    Under a device-bound default group (``init_process_group(device_id=...)``, as :func:`init_runtime` makes it)
+    torch has every rank outside a new subgroup take part in an NCCL communicator split for it, whatever the
+    subgroup's backend, while the members of a gloo subgroup never split: the non-members wait for a split no one
+    makes. So a job whose ranks took roles (``async.rollout_ranks``) hung at start on 2 H100s (2026-11-28).
+    ``use_local_synchronization`` avoids the split too, but deadlocks once two overlapping subgroups exist (rank 0 in
+    both), which a job split into roles always has."""
+    default = dist.group.WORLD
+    bound = default.bound_device_id
+    default.bound_device_id = None
+    try:
+        return dist.new_group(members, backend="gloo", timeout=timeout)
+    finally:
+        default.bound_device_id = bound
 
 
 def init_runtime(backend: str = "auto", device: str = "auto", timeout_s: float = 600.0,
