@@ -66,12 +66,12 @@ def with_intervals(rows: list[dict]) -> dict[str, float]:
         return out
     r1, r2 = np.array([r["r1"] for r in rows]), np.array([r["r2"] for r in rows])
     for k in ("acc_t1", "acc_t2", "delta_i_to_c", "delta_c_to_i"):
-        ci = bootstrap_ci(np.array([per_problem(r["r1"], r["r2"])[k] for r in rows]))
+        ci = bootstrap_ci(np.array([per_problem(r["r1"], r["r2"])[k] for r in rows]), outcomes=True)
         out[f"{k}_low"], out[f"{k}_high"] = ci.low, ci.high
     pairs = {"delta_t1_t2": (r1, r2)}
     if rows[0].get("r2_no_hint") is not None:
         no_hint = np.array([r["r2_no_hint"] for r in rows])
-        ci = bootstrap_ci(no_hint)
+        ci = bootstrap_ci(no_hint, outcomes=True)
         out["acc_t2_no_hint_low"], out["acc_t2_no_hint_high"] = ci.low, ci.high
         pairs["hint_gain"] = (no_hint, r2)
     for k, (before, after) in pairs.items():

@@ -57,8 +57,15 @@ def test_bootstrap_interval_contains_mean_shrinks_with_n_and_is_reproducible():
         assert bootstrap_ci(x, n_resamples=2000, seed=1, method="percentile").method == "percentile"
     assert widths[0] > widths[1] > widths[2]
     assert widths[2] == pytest.approx(2 * 1.96 * math.sqrt(0.3 * 0.7 / 800), rel=0.25)
-    flat = bootstrap_ci([1.0] * 10)
-    assert (flat.low, flat.mean, flat.high, flat.method) == (1.0, 1.0, 1.0, "degenerate")
+    flat = bootstrap_ci([0.5] * 10)
+    assert (flat.low, flat.mean, flat.high, flat.method) == (0.5, 0.5, 0.5, "degenerate")
+    # all solved, or none: the exact binomial interval, 1 - (alpha / 2) ** (1 / n) wide, never zero-width
+    solved, none = bootstrap_ci([1.0] * 10, outcomes=True), bootstrap_ci([0.0] * 64, outcomes=True)
+    assert (solved.mean, solved.high, solved.method) == (1.0, 1.0, "exact binomial")
+    assert solved.low == pytest.approx(0.025 ** (1 / 10))
+    assert (none.low, none.mean, none.method) == (0.0, 0.0, "exact binomial")
+    assert none.high == pytest.approx(1 - 0.025 ** (1 / 64))
+    assert bootstrap_ci([0.0] * 64).method == "degenerate"  # not outcomes: a paired difference of zeros
     json.dumps(flat.to_dict())
     with pytest.raises(DistlabError):
         bootstrap_ci([])

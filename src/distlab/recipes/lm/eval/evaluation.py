@@ -120,7 +120,7 @@ def evaluate_pass_at_k(model, tok, tasks: list[Task], few_shot: list[Task], samp
     rows = [] if stopped else _rows(tasks, mine, greedy, sampled, ev)
     every = gathered_rows(rt, rows, stopped, tasks)
     g = np.array([r["greedy"] for r in every])
-    ci = bootstrap_ci(g) if len(g) > 1 else None
+    ci = bootstrap_ci(g, outcomes=True) if len(g) > 1 else None
     out = {"pass@1": float(g.mean()) if len(g) else 0.0, "n_problems": len(g),
            "pass@1_low": ci.low if ci else float("nan"), "pass@1_high": ci.high if ci else float("nan")}
     if ev.samples > 1:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from scipy.stats import binomtest
 
 from distlab.errors import DistlabError
 
@@ -81,12 +82,15 @@ def _check_bootstrap_args(confidence: float, method: str, n_resamples: int) -> N
 
 
 def bootstrap_ci(values: Sequence[float] | np.ndarray, *, confidence: float = 0.95, n_resamples: int = 10_000,
-                 method: str = "BCa", seed: int = 0) -> Interval:
+                 method: str = "BCa", seed: int = 0, outcomes: bool = False) -> Interval:
     """Mean of per-problem ``values`` with a bootstrap interval over problems.
 
     BCa by default, because pass rates near 0 or 1 make the sampling distribution skewed; where BCa is undefined
     (e.g. a single non-zero value among zeros can make its acceleration degenerate) the percentile interval is used
-    and ``method`` says so. Constant data (or one problem) gives a zero-width interval at the mean.
+    and ``method`` says so. ``outcomes=True`` says the values are pass/fail (1/0) results: if they all agree (every
+    problem solved, or none) they get the exact binomial (Clopper-Pearson) interval instead, since every resample of
+    such data is the same and a bootstrap would claim "100% [100, 100]" after 64 problems. Other constant data (a
+    paired difference of zeros, or one problem) gives a zero-width interval at the mean.
     """
     _check_bootstrap_args(confidence, method, n_resamples)
     x = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -95,6 +99,10 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, *, confidence: float = 0.
     if not np.all(np.isfinite(x)):
         raise DistlabError("per-problem values must be finite numbers")
     mean = float(x.mean())
+    if outcomes and np.ptp(x) == 0.0 and mean in (0.0, 1.0):
+        exact = binomtest(int(round(x.sum())), int(x.size)).proportion_ci(confidence, method="exact")
+        return Interval(mean, float(exact.low), float(exact.high), confidence, int(x.size), "exact binomial",
+                        n_resamples, seed)
     if x.size == 1 or np.ptp(x) == 0.0:
         return Interval(mean, mean, mean, confidence, int(x.size), "degenerate", n_resamples, seed)
     used = method
