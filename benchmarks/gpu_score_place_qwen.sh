@@ -10,7 +10,8 @@ set -uo pipefail
 [ "${SMOKE:-0}" = 1 ] || source benchmarks/device_setup.sh  # the CPU smoke run needs no wheels
 STEPS=${STEPS:-6}
 RES=/tmp/score_place; mkdir -p $RES
-[ -n "${OUT:-}" ] && trap 'tar czf $OUT/score_place.tgz -C $RES . 2>/dev/null' EXIT && trap 'exit 143' TERM INT
+[ -n "${OUT:-}" ] && trap 'for n in place-one-gpu place-seed004; do cp /tmp/runs/$n/metrics.jsonl $RES/$n.jsonl 2>/dev/null
+  done; tar czf $OUT/score_place.tgz -C $RES . 2>/dev/null' EXIT && trap 'exit 143' TERM INT
 COMMON="task.train=mbpp task.train_split=train evaluation.before=false log.every=1 log.progress=false steps=$STEPS
  prompts_per_step=8 num_generations=4 sampling.max_completion_length=192 guidance=trained advantage=critic
  ckpt.every=0 sandbox.workers=16 task.eval_size=${EVAL_N:-8}"
@@ -39,9 +40,9 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 3 ] || [ "${SMOKE:-0}" = 1 ]; th
   wait $P1 $P2
 else  # two GPUs: the arms one after the other (ONE_SIDE: a command for GPU 1 beside the one-GPU arm)
   [ -n "${ONE_SIDE:-}" ] && { CUDA_VISIBLE_DEVICES=1 bash -c "$ONE_SIDE" & PSIDE=$!; }
-  run place-one-gpu 0 "$ONE"
+  run place-one-gpu 0 "$ONE" & wait $!  # `& wait`: a TERM at the time limit packs what exists (trap above)
   [ -n "${PSIDE:-}" ] && wait $PSIDE
-  run place-seed004 0,1 "$SPLIT" $MAP
+  run place-seed004 0,1 "$SPLIT" $MAP & wait $!
 fi
 python3 benchmarks/step_rates.py $RES/*.jsonl --vs place-one-gpu
 date -u

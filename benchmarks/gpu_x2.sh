@@ -24,7 +24,10 @@ fi
 RES=/tmp/x2/$STAGE; mkdir -p $RES
 if [ -n "${OUT:-}" ] && [ "$STAGE" != drills ]; then
   exec > >(tee "$OUT/log-$STAGE") 2>&1
-  trap 'tar czf $OUT/$STAGE.tgz -C $RES . 2>/dev/null' EXIT && trap 'exit 143' TERM INT
+  # at the time limit too: long commands run as `cmd & wait $!`, since bash runs a trap only once its foreground
+  # command returns (a hung run kept the 2026-11-28 call from packing anything); runs cut short leave .partial rows
+  trap 'for d in /tmp/runs/*/; do cp "$d/metrics.jsonl" "$RES/$(basename "$d").partial.jsonl" 2>/dev/null; done
+        tar czf $OUT/$STAGE.tgz -C $RES . 2>/dev/null' EXIT && trap 'exit 143' TERM INT
 fi
 date -u; nvidia-smi -L 2>/dev/null
 
@@ -61,7 +64,7 @@ case $STAGE in
 --device cuda --workers 12 --mbpp-dir $MBPP_DIR"
     ONE_SIDE="$EP --task mbpp --split sanitized --json $RES/qwen_base_mbpp_evalplus.json > $RES/ep-mbpp.log 2>&1; \
 $EP --task humaneval --split test --json $RES/qwen_base_humaneval_evalplus.json > $RES/ep-he.log 2>&1" \
-      STEPS=6 bash benchmarks/gpu_score_place_qwen.sh
+      STEPS=6 bash benchmarks/gpu_score_place_qwen.sh & wait $!
     cp /tmp/score_place/* $RES/ 2>/dev/null
     tail -n 3 $RES/ep-*.log ;;
   qwen-b)  # equal steps, the same prompts and settings; step time is the median gap between logged steps
@@ -90,7 +93,7 @@ $EP --task humaneval --split test --json $RES/qwen_base_humaneval_evalplus.json 
     arm sync-1gpu "$V0" "$ONE" async.off_policy_steps=0 & P0=$!
     arm offpolicy1-1gpu "$V1" "$ONE" async.off_policy_steps=1 & P1=$!
     wait $P0 $P1
-    arm split-2gpu "$V01" "$TWO" async.off_policy_steps=1 async.rollout_ranks=1
+    arm split-2gpu "$V01" "$TWO" async.off_policy_steps=1 async.rollout_ranks=1 & wait $!
     python3 benchmarks/step_rates.py $RES/*.jsonl --vs sync-1gpu ;;
   lora)  # issue 49 item 3: peak memory and step time, 1.5B shape, random weights, one GPU
     if [ "$SMOKE" = 1 ]; then A="--smoke"; else A=""; fi
