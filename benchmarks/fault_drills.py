@@ -103,7 +103,29 @@ def drill(args: argparse.Namespace, name: str, victim: int, sig: signal.Signals)
         done = start(args, run, launch, args.steps)
         done.communicate(timeout=900)
         row[f"resume_{label}"] = outcome(done, Path(args.root) / run)
+        if args.whole:
+            row[f"data_{label}"] = same_batches(Path(args.root) / args.whole, Path(args.root) / run)
     return row
+
+
+def digests(run_dir: Path) -> dict[int, str]:
+    """step -> the digest of the global batch it trained on, from the run's metrics rows (a resumed run's rows for
+    steps it ran twice: the later ones)."""
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return {r["step"]: r["data_digest"] for r in rows if r.get("split") == "train" and r.get("data_digest")}
+
+
+def same_batches(whole: Path, resumed: Path) -> str:
+    """Whether a resumed run trained on the uninterrupted run's batches, step by step, over the steps both logged:
+    what shows the same data order where the numerics of two GPU runs differ anyway."""
+    a, b = digests(whole), digests(resumed)
+    both = sorted(set(a) & set(b))
+    if not both:
+        return "no steps logged by both (log.every, data_digest)"
+    differ = [s for s in both if a[s] != b[s]]
+    return (f"same batches at all {len(both)} logged steps ({both[0]}-{both[-1]})" if not differ
+            else f"DIFFERENT batches at {len(differ)} of {len(both)} logged steps, first at step {differ[0]}")
 
 
 def outcome(proc: subprocess.Popen, run_dir: Path) -> str:
@@ -133,8 +155,9 @@ def main() -> None:
     if unknown:
         p.error(f"unknown drill(s) {', '.join(unknown)}: choose from {', '.join(DRILLS)}")
     args.ranks = int(shlex.split(args.launch)[-1])
+    args.whole = ""
     if args.uninterrupted:  # what a resume should reproduce: the same command never interrupted
-        name = f"whole-{os.getpid()}"
+        name = args.whole = f"whole-{os.getpid()}"
         proc = start(args, name, args.launch, args.steps)
         proc.communicate(timeout=900)
         print(json.dumps({"drill": "none (uninterrupted)", "result": outcome(proc, Path(args.root) / name)}), flush=True)

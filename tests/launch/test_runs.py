@@ -42,6 +42,14 @@ def test_resume_on_another_world_size(tmp_path):
     assert cut == pytest.approx(full, rel=1e-4, abs=1e-5)
     manifest = json.loads((tmp_path / "runs" / "cut" / "manifest.json").read_text())
     assert manifest["world_size"] == 1 and manifest["previous_starts"][0]["world_size"] == 2
+    # every row names the batch it trained on: the same 12 batches, in order, before and after the resume
+    full_batches, cut_batches = _digests(tmp_path / "runs" / "full"), _digests(tmp_path / "runs" / "cut")
+    assert cut_batches == full_batches and len(set(full_batches.values())) == 12
+
+
+def _digests(run: Path) -> dict[int, str]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["data_digest"] for r in rows if r["split"] == "train"}
 
 
 def test_two_ranks_match_one_rank(tmp_path):

@@ -212,3 +212,21 @@ def test_bad_group_offsets_are_one_line_errors():
         ExampleGroups(np.array([0, 2, 2]), np.arange(3))
     with pytest.raises(DistlabError, match="groups cover 10 examples but the dataset has 11"):
         GlobalBatchSampler(11, 2, groups=ExampleGroups.one_example_members(np.array([0, 5, 10])))
+
+
+def test_the_last_batch_digest_names_the_global_batch_on_any_world_size():
+    one = GlobalBatchSampler(100, 8, seed=3)
+    halves = [GlobalBatchSampler(100, 8, rank=r, world_size=2, seed=3) for r in range(2)]
+    assert one.last_batch_digest() == "" == halves[0].last_batch_digest()
+    seen = []
+    for _ in range(30):  # past several epochs
+        one.next()
+        for h in halves:
+            h.next()
+        seen.append(one.last_batch_digest())
+        assert halves[0].last_batch_digest() == halves[1].last_batch_digest() == seen[-1]
+    assert len(set(seen)) == 30 and all(len(d) == 8 for d in seen)
+    again = GlobalBatchSampler(100, 8, seed=3)
+    again.load_state_dict(one.state_dict())
+    assert again.last_batch_digest() == seen[-1]
+    assert GlobalBatchSampler(100, 8, seed=4, position=8).last_batch_digest() != seen[0]  # another order

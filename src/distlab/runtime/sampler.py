@@ -12,6 +12,7 @@ group once through one random member (what "epoch" means for augmented puzzle da
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -109,6 +110,14 @@ class GlobalBatchSampler:
         batch = self.global_batch_indices()
         self.position += self.global_batch
         return batch[self.rank * self.local_batch:(self.rank + 1) * self.local_batch]
+
+    def last_batch_digest(self) -> str:
+        """A short digest of the global batch handed out last ("" before the first): two runs whose digests agree
+        step by step trained on the same batches, whatever their numerics (GPU runs differ in the last bits from
+        run to run, so a resumed run's loss or weights alone cannot show that it replayed the data in order)."""
+        if self.position < self.global_batch:
+            return ""
+        return f"{zlib.crc32(self.stream(self.position - self.global_batch, self.global_batch).tobytes()):08x}"
 
     def __iter__(self) -> Iterator[np.ndarray]:
         while True:

@@ -27,6 +27,7 @@ from distlab.run.profiling import StepProfiler
 from distlab.run.report import closing_report
 from distlab.run.rundir import checkpoints_dir, update_manifest
 from distlab.runtime.dist import Runtime
+from distlab.runtime.sampler import GlobalBatchSampler
 from distlab.training.amp import MixedPrecision
 from distlab.training.checkpoint import FROZEN_BASE_ATTR, CheckpointManager, TrainState
 from distlab.training.wrap import autocast, no_sync, set_fast_math, unwrap, wrap_model
@@ -113,7 +114,8 @@ class Session:
                                   growth_interval=cfg.dist.loss_scale_growth_interval)
         self.metrics = MetricLogger(self.run_dir, rt.is_main, cfg.log, cfg.run.name,
                                     config={"yaml": to_yaml(cfg)} if rt.is_main else None,
-                                    extra=lambda: {**device_peak_memory(rt), **self.amp.metrics()})
+                                    extra=lambda: {**device_peak_memory(rt), **self.amp.metrics(),
+                                                   **self._data_marks()})
         self.state = TrainState()
         self.saved_step: int | None = None  # the step of the checkpoint last written or restored: saved twice never
         self.stopped_in: str | None = None  # the phase a stop signal cut short ("eval at step 2"): in the summary
@@ -205,6 +207,13 @@ class Session:
         check_room(name, host_training_bytes(list(optimizers), self.cfg.optim.state_dtype), self.rt.local_world_size,
                    available_bytes())
         self.state.add_model(name, model, list(optimizers), frozen_base=getattr(unwrap(model), FROZEN_BASE_ATTR, None))
+
+    def _data_marks(self) -> dict[str, str]:
+        """``data_digest`` in every metrics row: the last global batch of each tracked batch sampler, so a resumed
+        run can be checked batch by batch against the uninterrupted one (``benchmarks/fault_drills.py``)."""
+        samplers = [o for o in self.state.replicated.values() if isinstance(o, GlobalBatchSampler)]
+        digests = [s.last_batch_digest() for s in samplers]
+        return {"data_digest": "+".join(digests)} if any(digests) else {}
 
     def track(self, name: str, obj: Any, per_rank: bool = False) -> None:
         """Register anything with ``state_dict``/``load_state_dict`` (EMA, sampler, schedule, carry).
