@@ -8,6 +8,8 @@
 #   bash benchmarks/gpu_x2.sh qwen-a      carry .asset_qwen/piece10: joins the asset; the drills' results; SCoRe's
 #                                          placements (issue 44 item 2) with the EvalPlus base figures beside
 #                                          (issue 47 item 5)
+#                                          (EVALPLUS=0: the placements alone; DRILL_WAIT_S: how long to wait
+#                                          for the drills' GPUs, 120 s)
 #   bash benchmarks/gpu_x2.sh qwen-b      GRPO synchronous vs one step off-policy on one GPU vs rollout/trainer
 #                                          ranks split over two (issue 49 item 1), equal steps
 #   bash benchmarks/gpu_x2.sh lora        LoRA against full fine-tuning, Qwen2.5-1.5B shape (issue 49 item 3)
@@ -62,9 +64,10 @@ case $STAGE in
     # one-GPU placement arm on GPU 0; then the seed-004 placement on GPUs 0-1
     EP="python3 benchmarks/base_passk.py $ASSET --harness evalplus --max-new-tokens 768 --dtype bfloat16 \
 --device cuda --workers 12 --mbpp-dir $MBPP_DIR"
-    ONE_SIDE="$EP --task mbpp --split sanitized --json $RES/qwen_base_mbpp_evalplus.json > $RES/ep-mbpp.log 2>&1; \
-$EP --task humaneval --split test --json $RES/qwen_base_humaneval_evalplus.json > $RES/ep-he.log 2>&1" \
-      STEPS=6 bash benchmarks/gpu_score_place_qwen.sh & wait $!
+    SIDE="$EP --task mbpp --split sanitized --json $RES/qwen_base_mbpp_evalplus.json > $RES/ep-mbpp.log 2>&1; \
+$EP --task humaneval --split test --json $RES/qwen_base_humaneval_evalplus.json > $RES/ep-he.log 2>&1"
+    [ "${EVALPLUS:-1}" = 0 ] && SIDE=""  # measured 2026-11-28: EVALPLUS=0 runs the placements alone
+    ONE_SIDE="$SIDE" STEPS=6 bash benchmarks/gpu_score_place_qwen.sh & wait $!
     cp /tmp/score_place/* $RES/ 2>/dev/null
     tail -n 3 $RES/ep-*.log ;;
   qwen-b)  # equal steps, the same prompts and settings; step time is the median gap between logged steps
