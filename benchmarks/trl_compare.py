@@ -65,9 +65,15 @@ tasks                          Dataset of the same tasks' prompts          task.
 Known differences that stay (each side's own way, named so a reader of the numbers knows): distlab samples with its
 static-KV-cache sampler (CUDA graphs on a GPU) from a bf16 copy under ``--dtype bf16``, TRL with transformers'
 ``generate`` under autocast; in text mode distlab stops a completion at the closing code fence, TRL only at EOS (so
-compare tokens/s there, not s/step); TRL draws its own prompt order from the same task list; distlab's run ends
+compare tokens/s there, not s/step); distlab's run ends
 with a small greedy evaluation (2 tasks) after the timed steps. ``--distlab-arg KEY=VALUE`` and
 ``--trl-arg KEY=VALUE`` change either side (for instance ``sampling.backend=hf`` or ``cache_implementation=static``).
+
+The same prompts at every step: TRL is handed its dataset in the order distlab's data sampler draws (same seed),
+with shuffling off; the script records the task indices TRL's reward saw and checks them against distlab's per-step
+``data_digest`` (``same_prompts`` in the JSON). The headline is the median step and the median step time per
+generated token, each as TRL's over distlab's, for each of TRL's generation paths run (``--frameworks
+distlab,trl:plain,trl:static,trl:bf16,trl:paged``; the paths are described in ``TRL_PATHS``).
 
 The split of a step. distlab logs its own: ``generate_s`` (sampling, tokenising, decoding), ``reward_wait_s``
 (waiting for the sandbox after sampling), ``ref_logprobs_s`` (old-policy and reference log-probs) and ``update_s``
@@ -95,6 +101,7 @@ import sys
 import tempfile
 import time
 import warnings
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,7 +111,18 @@ SRC = ROOT / "src"
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
-FRAMEWORKS = ("distlab", "trl")
+# TRL's generation paths that run here (no vLLM on the device machines); ``--frameworks trl:NAME`` picks one, plain
+# ``trl`` is "plain". What each changes is in :func:`trl_path_fields` and :func:`open_trl_path`.
+TRL_PATHS = {
+    "plain": "TRL's defaults: transformers' generate on the fp32 weights under bf16 autocast, dynamic KV cache, sdpa",
+    "static": "static KV cache with generate compiled (TRL builds its GenerationConfig with compile off; it is turned "
+              "back on after the trainer is made), grouped_sdpa registered for it, prompts padded to a multiple of 64 "
+              "so the compiled shapes repeat",
+    "bf16": "static, with the model loaded in bf16: sampling reads bf16 weights, and so do training and AdamW (no "
+            "fp32 master weights, unlike distlab's side: a faster update, other numerics)",
+    "paged": "transformers' continuous batching (paged attention) through use_transformers_continuous_batching; "
+             "TRL casts the model to bf16 for it under bf16=True",
+}
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")  # the aggregations both sides name alike
 PHASES = ("generate_s", "reward_s", "logprobs_s", "update_s", "other_s")
 # distlab's metrics.jsonl key for each phase of the table
@@ -151,7 +169,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sandbox-workers", type=int, default=min(16, os.cpu_count() or 1))
     p.add_argument("--sandbox-timeout-s", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--frameworks", default="distlab,trl", help="which sides to run, comma-separated")
+    p.add_argument("--frameworks", default="distlab,trl",
+                   help="which sides to run, comma-separated: distlab, trl (= trl:plain) or trl:PATH with PATH one "
+                        f"of {', '.join(TRL_PATHS)} (TRL's generation paths; several may run in one call)")
     p.add_argument("--distlab-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="one more distlab override (repeatable), after this script's own")
     p.add_argument("--trl-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -187,11 +207,13 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} {value} must be a finite number above 0")
     if not (math.isfinite(args.beta) and args.beta >= 0):
         raise UsageError(f"--beta {args.beta} must be 0 or more")
-    chosen = [f.strip() for f in args.frameworks.split(",") if f.strip()]
-    unknown = [f for f in chosen if f not in FRAMEWORKS]
+    chosen = [{"trl": "trl:plain"}.get(f.strip(), f.strip()) for f in args.frameworks.split(",") if f.strip()]
+    known = ["distlab", *(f"trl:{name}" for name in TRL_PATHS)]
+    unknown = [f for f in chosen if f not in known]
     if not chosen or unknown:
-        raise UsageError(f"--frameworks {args.frameworks!r}: name one or both of {', '.join(FRAMEWORKS)}")
-    args.frameworks = [f for f in FRAMEWORKS if f in chosen]
+        raise UsageError(f"--frameworks {args.frameworks!r}: name distlab, trl or trl:PATH with PATH one of "
+                         f"{', '.join(TRL_PATHS)}")
+    args.frameworks = [f for f in known if f in chosen]
     for flag, values in (("--distlab-arg", args.distlab_arg), ("--trl-arg", args.trl_arg)):
         for value in values:
             if "=" not in value or not value.partition("=")[0].strip():
@@ -217,7 +239,7 @@ def check_environment(args: argparse.Namespace) -> None:
         raise UsageError("--device cuda but torch sees no CUDA device; use --device cpu")
     if args.dtype == "auto":
         args.dtype = "bf16" if args.device == "cuda" else "fp32"
-    if "trl" in args.frameworks:
+    if any(f.startswith("trl") for f in args.frameworks):
         for module in ("trl", "datasets"):
             try:
                 __import__(module)
@@ -248,6 +270,24 @@ def load_tasks(args: argparse.Namespace) -> list:
 
     return train_tasks(TaskConfig(train="synthetic", train_size=args.train_size, families=args.families,
                                   seed=args.seed))
+
+
+def prompt_order(args: argparse.Namespace, num_tasks: int) -> list[int]:
+    """The task of every prompt distlab's run draws, in order (``steps`` batches of ``prompts``): its data sampler
+    with the same seed. TRL is handed its dataset in this order with shuffling off, so both sides train on the
+    same prompts at the same step (checked after the run against distlab's per-step ``data_digest``)."""
+    from distlab.runtime.sampler import GlobalBatchSampler
+
+    sampler = GlobalBatchSampler(num_tasks, args.prompts, 0, 1, args.seed)
+    return [int(i) for i in sampler.stream(0, args.prompts * args.steps)]
+
+
+def batch_digests(order: list[int], prompts: int) -> list[str]:
+    """Per step, the digest distlab's sampler logs as ``data_digest`` for that batch of task indices."""
+    import numpy as np
+
+    return [f"{zlib.crc32(np.asarray(order[i:i + prompts], dtype=np.int64).tobytes()):08x}"
+            for i in range(0, len(order) - prompts + 1, prompts)]
 
 
 # ------------------------------------------------------------------------------------------------ distlab's side
@@ -305,7 +345,7 @@ def distlab_steps(train: list[dict], completions: int) -> list[dict[str, float]]
         step = {"step": int(row["step"]), "step_s": row["time"] - prev["time"] if prev else float("nan"),
                 **{ours: float(row[theirs]) for ours, theirs in DISTLAB_KEYS.items()},
                 "gen_tokens": float(row["completion_length"]) * completions,
-                "reward_mean": float(row.get("reward_mean", float("nan")))}
+                "reward_mean": float(row.get("reward_mean", float("nan"))), "data_digest": row.get("data_digest")}
         out.append(step)
     return out
 
@@ -341,10 +381,29 @@ def trl_config(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     return fields
 
 
-def trl_fields(args: argparse.Namespace, out_dir: Path, known: set[str]) -> tuple[dict[str, Any], list[str]]:
-    """:func:`trl_config` less the fields this TRL lacks (named, not fatal: a later TRL may drop one), plus the
-    ``--trl-arg`` values, which must all exist (a typo there would silently measure the default)."""
-    fields = trl_config(args, out_dir)
+def trl_path_fields(path: str) -> dict[str, Any]:
+    """The GRPOConfig fields that :data:`TRL_PATHS` entry ``path`` changes (merged over :func:`trl_config`)."""
+    from distlab.recipes.lm.models.attention import GROUPED_SDPA
+
+    static = {"cache_implementation": "static", "pad_to_multiple_of": 64,
+              "model_init_kwargs": {"dtype": "float32", "attn_implementation": GROUPED_SDPA}}
+    return {"plain": {}, "static": static,
+            "bf16": {**static, "model_init_kwargs": {"dtype": "bfloat16", "attn_implementation": GROUPED_SDPA}},
+            "paged": {"use_transformers_continuous_batching": True}}[path]
+
+
+def open_trl_path(trainer: Any, path: str) -> None:
+    """What a path needs once the trainer exists: TRL builds its GenerationConfig with ``disable_compile=True``,
+    which a ``generation_kwargs`` entry cannot undo (the keyword would be given twice), so it is set back here."""
+    if path in ("static", "bf16"):
+        trainer.generation_config.disable_compile = False
+
+
+def trl_fields(args: argparse.Namespace, out_dir: Path, known: set[str],
+               path: str = "plain") -> tuple[dict[str, Any], list[str]]:
+    """:func:`trl_config` with path ``path``'s fields, less the fields this TRL lacks (named, not fatal: a later TRL
+    may drop one), plus the ``--trl-arg`` values, which must all exist (a typo would silently measure the default)."""
+    fields = {**trl_config(args, out_dir), **trl_path_fields(path)}
     dropped = sorted(k for k in fields if k not in known)
     fields = {k: v for k, v in fields.items() if k in known}
     for item in args.trl_arg:
@@ -362,9 +421,14 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
-def tests_reward(tasks: list, scorer: Any) -> Callable[..., list[float]]:
-    """distlab's ``tests`` reward as a TRL reward function: every completion's program against its task's tests."""
+def tests_reward(tasks: list, scorer: Any, seen: list[list[int]] | None = None,
+                 group: int = 1) -> Callable[..., list[float]]:
+    """distlab's ``tests`` reward as a TRL reward function: every completion's program against its task's tests.
+    ``seen`` collects each call's prompts as task indices (TRL repeats a prompt's index for its ``group``
+    completions in a row): the prompt order TRL actually used."""
     def tests(prompts: list, completions: list, task_index: list[int], **_: Any) -> list[float]:
+        if seen is not None:
+            seen.append([int(i) for i in task_index[::group]])
         futures = [scorer.submit(tasks[i], completion_text(c)) for i, c in zip(task_index, completions)]
         return [float(f.result()) for f in futures]
 
@@ -455,13 +519,15 @@ def _completion_tokens(generated: Any) -> int:
         return 0
 
 
-def run_trl(args: argparse.Namespace, model_dir: Path, tasks: list, workdir: Path) -> dict[str, Any]:
-    """TRL's GRPOTrainer on the saved model, the same tasks and the sandbox reward, timed per step."""
+def run_trl(args: argparse.Namespace, model_dir: Path, tasks: list, workdir: Path,
+            path: str = "plain") -> dict[str, Any]:
+    """TRL's GRPOTrainer on the saved model, distlab's prompt order and the sandbox reward, timed per step."""
     import datasets
     import transformers
     import trl
     from transformers import AutoTokenizer
 
+    from distlab.recipes.lm.models.attention import register_grouped_sdpa
     from distlab.recipes.lm.tasks.prompts import prompt_text
     from distlab.recipes.lm.rewards.scorer import RewardScorer
     from distlab.sandbox.config import SandboxConfig
@@ -472,6 +538,7 @@ def run_trl(args: argparse.Namespace, model_dir: Path, tasks: list, workdir: Pat
     # transformers 5.2x renames gradient_checkpointing (GRPOConfig still sets it, default True): the old name is the
     # one every supported version reads, so it is set and its rename warning is not repeated at every step
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
+    register_grouped_sdpa()  # the decode attention distlab samples with, offered to TRL's generate too
     tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     tok.padding_side = "left"
     if tok.pad_token is None:
@@ -480,11 +547,14 @@ def run_trl(args: argparse.Namespace, model_dir: Path, tasks: list, workdir: Pat
         prompts = [chat_messages(t) for t in tasks]  # TRL renders them with the same chat template
     else:
         prompts = [prompt_text(t, tok, "text", []) for t in tasks]
-    data = datasets.Dataset.from_list([{"prompt": p, "task_index": i} for i, p in enumerate(prompts)])
+    order = prompt_order(args, len(tasks))
+    data = datasets.Dataset.from_list([{"prompt": prompts[i], "task_index": i} for i in order])
     scorer = RewardScorer(SandboxConfig(workers=args.sandbox_workers, timeout_s=args.sandbox_timeout_s),
                           args.prompt_mode)
     clock = TrlClock(args.device == "cuda")
-    fields, dropped = trl_fields(args, workdir / "trl", {f.name for f in dataclasses.fields(trl.GRPOConfig)})
+    seen: list[list[int]] = []
+    fields, dropped = trl_fields(args, workdir / "trl", {f.name for f in dataclasses.fields(trl.GRPOConfig)}, path)
+    fields["shuffle_dataset"] = False  # distlab's order, as built above
     if dropped:
         print(f"trl: this GRPOConfig has no {', '.join(dropped)}; left at TRL's defaults", file=sys.stderr)
     try:
@@ -492,21 +562,40 @@ def run_trl(args: argparse.Namespace, model_dir: Path, tasks: list, workdir: Pat
     except (TypeError, ValueError) as exc:  # a value GRPOConfig's own checks refuse
         raise UsageError(f"GRPOConfig refused the settings: {exc}") from None
     try:
-        trainer = trl.GRPOTrainer(model=str(model_dir), reward_funcs=[tests_reward(tasks, scorer)], args=config,
-                                  train_dataset=data, processing_class=tok, callbacks=[clock.callback()])
+        trainer = trl.GRPOTrainer(model=str(model_dir), reward_funcs=[tests_reward(tasks, scorer, seen,
+                                                                                   args.num_generations)],
+                                  args=config, train_dataset=data, processing_class=tok,
+                                  callbacks=[clock.callback()])
+        open_trl_path(trainer, path)
         clock.attach(trainer)
         trainer.remove_callback(transformers.PrinterCallback)  # TRL's per-step dicts on stdout: the JSON holds them
-        print(f"trl: GRPOTrainer, {len(tasks)} tasks, {fields['gradient_accumulation_steps']} micro-batches of "
-              f"{args.micro_batch} per step", file=sys.stderr, flush=True)
+        print(f"trl ({path}): GRPOTrainer, {len(tasks)} tasks, {fields['gradient_accumulation_steps']} micro-batches "
+              f"of {args.micro_batch} per step", file=sys.stderr, flush=True)
         trainer.train()
     finally:
         scorer.close()
     logged = [h for h in trainer.state.log_history if "step_time" in h]
-    for step, entry in zip(clock.steps, logged):
-        step["trl_step_time"] = float(entry["step_time"])
-        step["reward_mean"] = float(entry.get("reward", float("nan")))
-    return {"steps": clock.steps, "config": {k: v for k, v in fields.items() if k != "output_dir"},
-            "config_fields_missing": dropped}
+    digests = batch_digests([i for batch in seen for i in batch], args.prompts)
+    for k, step in enumerate(clock.steps):
+        if k < len(logged):
+            step["trl_step_time"] = float(logged[k]["step_time"])
+            step["reward_mean"] = float(logged[k].get("reward", float("nan")))
+        step["data_digest"] = digests[k] if k < len(digests) else None
+    return {"steps": clock.steps, "path": path, "path_means": TRL_PATHS[path],
+            "config": {k: v for k, v in fields.items() if k != "output_dir"}, "config_fields_missing": dropped}
+
+
+def same_prompts(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Whether every TRL side trained on distlab's batches, step by step, by the digests both sides recorded."""
+    ours = [s.get("data_digest") for s in results.get("distlab", {}).get("steps", [])]
+    out = {}
+    for name, side in results.items():
+        if name == "distlab" or not ours:
+            continue
+        theirs = [s.get("data_digest") for s in side["steps"]]
+        pairs = list(zip(ours, theirs))
+        out[name] = {"steps_compared": len(pairs), "steps_same": sum(a is not None and a == b for a, b in pairs)}
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ the table
@@ -526,17 +615,34 @@ def summarise(steps: list[dict[str, float]], warmup: int) -> dict[str, Any]:
            "gen_tokens_per_step": mean("gen_tokens")}
     out["gen_tokens_per_s"] = out["gen_tokens_per_step"] / out["generate_s"] if out["generate_s"] > 0 else float("nan")
     out["tokens_per_step_s"] = out["gen_tokens_per_step"] / out["step_s"] if out["step_s"] > 0 else float("nan")
+    # the headline's second figure: a side that samples longer completions does more work per step, so its step
+    # time per generated token is compared too (the median over steps, like the step time)
+    per_token = [s["step_s"] / s["gen_tokens"] * 1e3 for s in kept if s["gen_tokens"] > 0]
+    out["step_ms_per_token_median"] = statistics.median(per_token) if per_token else float("nan")
+    for key in ("update_s", "logprobs_s", "generate_s"):
+        out[f"{key}_median"] = statistics.median(s[key] for s in kept)
     return out
 
 
+def headline(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per TRL side: its median step and its median step time per generated token, each over distlab's."""
+    ours = results.get("distlab", {}).get("summary")
+    if not ours:
+        return {}
+    return {name: {"median_step_ratio": side["summary"]["step_s_median"] / ours["step_s_median"],
+                   "per_token_ratio": side["summary"]["step_ms_per_token_median"] / ours["step_ms_per_token_median"]}
+            for name, side in results.items() if name != "distlab"}
+
+
 def table(results: dict[str, dict[str, Any]]) -> str:
-    head = ("framework", "s/step", "generate", "reward", "ref/old logp", "update", "other", "gen tok/step",
-            "gen tok/s", "tok/s of step")
+    head = ("framework", "median s/step", "ms/token", "mean s/step", "generate", "reward", "ref/old logp", "update",
+            "other", "gen tok/step", "gen tok/s")
     rows = [head]
     for name, res in results.items():
         s = res["summary"]
-        rows.append((name, f"{s['step_s']:.3f}", *(f"{s[k]:.3f}" for k in PHASES), f"{s['gen_tokens_per_step']:.0f}",
-                     f"{s['gen_tokens_per_s']:.0f}", f"{s['tokens_per_step_s']:.0f}"))
+        rows.append((name, f"{s['step_s_median']:.3f}", f"{s['step_ms_per_token_median']:.2f}", f"{s['step_s']:.3f}",
+                     *(f"{s[k]:.3f}" for k in PHASES), f"{s['gen_tokens_per_step']:.0f}",
+                     f"{s['gen_tokens_per_s']:.0f}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "-" * len(lines[0]))
@@ -588,9 +694,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tasks = load_tasks(args)
         for name in args.frameworks:
             side = run_distlab(args, model_dir, workdir) if name == "distlab" else \
-                run_trl(args, model_dir, tasks, workdir)
+                run_trl(args, model_dir, tasks, workdir, name.partition(":")[2])
             side["summary"] = summarise(side["steps"], args.warmup_steps)
             res["results"][name] = side
+            res["headline"] = headline(res["results"])
+            res["same_prompts"] = same_prompts(res["results"])
             if args.json:
                 from distlab.atomic import atomic_write_json
 
@@ -623,8 +731,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"{res['device']}, {args.dtype}, {args.model}: P={args.prompts} x G={args.num_generations}, "
           f"{args.max_completion_length} new tokens max, micro-batch {args.micro_batch}, beta {args.beta}, "
-          f"loss {args.loss_type}; mean of steps {args.warmup_steps + 1}..{args.steps} (seconds)")
+          f"loss {args.loss_type}; steps {args.warmup_steps + 1}..{args.steps} (seconds; phases are means)")
     print(table(res["results"]))
+    for name, ratio in res["headline"].items():
+        same = res["same_prompts"].get(name, {})
+        print(f"{name} / distlab: median step {ratio['median_step_ratio']:.2f}x, per generated token "
+              f"{ratio['per_token_ratio']:.2f}x; same prompts at {same.get('steps_same', 0)} of "
+              f"{same.get('steps_compared', 0)} steps")
     print("split: distlab's from its metrics.jsonl; TRL's from timers around GRPOTrainer._generate, "
           "_calculate_rewards, no-grad log-probs and training_step (see the docstring); other = the step's rest")
     return 0

@@ -226,6 +226,7 @@ class LogConfig:
     profile_steps: int = 0  # > 0: torch.profiler over this many steps on rank 0 -> <run>/profile/ (0 = off)
     profile_wait: int = 10  # steps before recording starts (compilation and warm-up), 1 or more
     memory_snapshot: bool = False  # CUDA: write memory_snapshot.pickle of the first steps (PyTorch memory viewer)
+    sync_phases: bool = False  # phase timers (generate_s, update_s...) wait for the GPU at each edge: exact split
 
 
 @dataclass

@@ -45,6 +45,25 @@ def phase(name: str) -> AbstractContextManager:
     return torch.profiler.record_function(f"phase:{name}")
 
 
+_PHASE_SYNC: torch.device | None = None  # set by the session from log.sync_phases
+
+
+def sync_phases(device: torch.device | None) -> None:
+    """Make :func:`phase_time` wait for ``device`` (a CUDA device) at every read, or stop waiting (``None``)."""
+    global _PHASE_SYNC
+    _PHASE_SYNC = device if device is not None and device.type == "cuda" else None
+
+
+def phase_time() -> float:
+    """The clock a recipe's phase timers (``generate_s``, ``update_s``...) read. Without ``log.sync_phases`` the
+    host runs ahead of the device, so a phase's queued kernels are charged to the next one and only a step's total
+    is exact; with it every read waits for the device, which gives each phase its own kernels (a comparison of
+    phases against another framework needs that) and costs the overlap of host and device at the edges."""
+    if _PHASE_SYNC is not None:
+        torch.cuda.synchronize(_PHASE_SYNC)
+    return time.perf_counter()
+
+
 def kernel_kind(name: str) -> str:
     return next((kind for kind, pat in KERNEL_KINDS if pat.search(name)), "other")
 

@@ -23,7 +23,7 @@ from distlab.config import BaseConfig, Resume, to_yaml
 from distlab.errors import DistlabError
 from distlab.memory.snapshot import MemorySnapshot
 from distlab.run.logs import MetricLogger, Progress, Throughput, device_peak_memory, peak_flops, phase_progress
-from distlab.run.profiling import StepProfiler
+from distlab.run.profiling import StepProfiler, sync_phases
 from distlab.run.report import closing_report
 from distlab.run.rundir import checkpoints_dir, update_manifest
 from distlab.runtime.dist import Runtime
@@ -124,6 +124,7 @@ class Session:
         self._t0 = time.monotonic()
         self.profiler = StepProfiler(self.run_dir / "profile", cfg.log.profile_steps, cfg.log.profile_wait, rt.device,
                                      enabled=rt.is_main and not eval_mode)
+        sync_phases(rt.device if getattr(cfg.log, "sync_phases", False) else None)
         self._steps_here = 0  # steps this process has run (stop_check calls): the snapshot covers the first ones
         self.snapshot = MemorySnapshot(bool(getattr(cfg.log, "memory_snapshot", False)) and not eval_mode,
                                        rt.device, self.run_dir, rt.rank)

@@ -32,7 +32,8 @@ def _script(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Comp
     (["--num-generations", "1"], "must be 2 or more"),
     (["--lr", "nan"], "--lr nan must be a finite number above 0"),
     (["--beta", "-1"], "--beta -1.0 must be 0 or more"),
-    (["--frameworks", "distlab,vllm"], "name one or both of distlab, trl"),
+    (["--frameworks", "distlab,vllm"], "name distlab, trl or trl:PATH with PATH one of plain, static, bf16, paged"),
+    (["--frameworks", "trl:vllm"], "name distlab, trl or trl:PATH"),
     (["--trl-arg", "beta"], "is not KEY=VALUE"),
     (["--loss-type", "cispo"], "invalid choice"),
     (["--json", "/no/such/dir/out.json"], "does not exist"),
@@ -85,6 +86,54 @@ def test_both_sides_get_the_same_settings_by_their_own_names(tmp_path):
         tc.trl_fields(tc.parse_args(["--trl-arg", "top_kk=5"]), tmp_path, known={"top_k"})
 
 
+def test_each_trl_path_changes_only_its_generation_fields(tmp_path):
+    args = tc.parse_args(["--frameworks", "distlab,trl,trl:static,trl:bf16,trl:paged"])
+    assert args.frameworks == ["distlab", "trl:plain", "trl:static", "trl:bf16", "trl:paged"]
+    args.device, args.dtype = "cuda", "bf16"
+    base = tc.trl_config(args, tmp_path)
+    known = set(base) | {"cache_implementation", "pad_to_multiple_of", "use_transformers_continuous_batching"}
+    fields = {path: tc.trl_fields(args, tmp_path, known, path)[0] for path in tc.TRL_PATHS}
+    assert fields["plain"] == base and base["model_init_kwargs"]["dtype"] == "float32"
+    assert fields["static"]["cache_implementation"] == "static" and fields["static"]["pad_to_multiple_of"] == 64
+    assert fields["static"]["model_init_kwargs"] == {"dtype": "float32", "attn_implementation": "grouped_sdpa"}
+    assert fields["bf16"]["model_init_kwargs"]["dtype"] == "bfloat16"
+    assert fields["paged"]["use_transformers_continuous_batching"] is True
+    for path, f in fields.items():  # the training settings stay the same on every path
+        assert {k: v for k, v in f.items() if k in ("beta", "learning_rate", "loss_type", "max_completion_length",
+                                                    "gradient_accumulation_steps")} == \
+            {k: base[k] for k in ("beta", "learning_rate", "loss_type", "max_completion_length",
+                                  "gradient_accumulation_steps")}, path
+
+
+def test_trl_is_handed_distlabs_prompt_order_and_the_digests_agree():
+    from distlab.runtime.sampler import GlobalBatchSampler
+
+    args = argparse.Namespace(prompts=3, steps=5, seed=7)
+    order = tc.prompt_order(args, num_tasks=8)  # 15 prompts over 8 tasks: crosses an epoch
+    sampler = GlobalBatchSampler(8, 3, 0, 1, 7)
+    digests = []
+    for _ in range(5):
+        assert list(sampler.next()) == order[len(digests) * 3:len(digests) * 3 + 3]
+        digests.append(sampler.last_batch_digest())
+    assert tc.batch_digests(order, 3) == digests and len(set(digests)) == 5
+    results = {"distlab": {"steps": [{"data_digest": d} for d in digests]},
+               "trl:plain": {"steps": [{"data_digest": d} for d in digests[:4]] + [{"data_digest": "x"}]}}
+    assert tc.same_prompts(results) == {"trl:plain": {"steps_compared": 5, "steps_same": 4}}
+
+
+def test_the_headline_is_medians_and_per_token_ratios():
+    def steps(times, tokens):
+        return [{"step": k + 1, "step_s": t, "gen_tokens": n, "generate_s": t / 2, "reward_s": 0.0,
+                 "logprobs_s": 0.1, "update_s": 0.2} for k, (t, n) in enumerate(zip(times, tokens))]
+
+    # TRL: one slow step lifts its mean, not its median; it samples twice the tokens per step
+    ours = tc.summarise(steps([9, 1.0, 1.0, 1.2, 1.0], [100] * 5), warmup=1)
+    theirs = tc.summarise(steps([9, 3.0, 3.0, 9.0, 3.0], [200] * 5), warmup=1)
+    ratio = tc.headline({"distlab": {"summary": ours}, "trl:plain": {"summary": theirs}})["trl:plain"]
+    assert ratio["median_step_ratio"] == pytest.approx(3.0) and ratio["per_token_ratio"] == pytest.approx(1.5)
+    assert theirs["step_s"] == pytest.approx(4.5) and theirs["step_s_median"] == 3.0
+
+
 def test_the_reward_trl_is_handed_is_the_sandbox_test_pass_reward():
     pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
     from distlab.recipes.lm.rewards.scorer import RewardScorer
@@ -93,10 +142,12 @@ def test_the_reward_trl_is_handed_is_the_sandbox_test_pass_reward():
     tasks = tc.load_tasks(argparse.Namespace(train_size=4, families="add_const", seed=0))
     scorer = RewardScorer(SandboxConfig(workers=1, timeout_s=5.0), "chat")
     try:
-        reward = tc.tests_reward(tasks, scorer)
+        seen = []
+        reward = tc.tests_reward(tasks, scorer, seen, group=1)
         solved = [{"role": "assistant", "content": f"```python\n{tasks[1].solution}```"}]
         assert reward(prompts=["p"] * 3, completions=[solved, solved, "no code here"], task_index=[1, 0, 1]) \
             == [1.0, 0.0, 0.0]  # the right program for the wrong task fails its tests
+        assert seen == [[1, 0, 1]]
     finally:
         scorer.close()
 
@@ -110,10 +161,14 @@ def test_two_steps_on_the_tiny_model_give_a_row_for_each_framework(tmp_path):
                     "--train-size", "8", "--sandbox-workers", "1", "--json", str(out)], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert set(res["results"]) == {"distlab", "trl"} and res["trl"] and res["torch"] and res["device"]
+    assert set(res["results"]) == {"distlab", "trl:plain"} and res["trl"] and res["torch"] and res["device"]
+    assert res["same_prompts"] == {"trl:plain": {"steps_compared": 2, "steps_same": 2}}
+    assert res["headline"]["trl:plain"]["median_step_ratio"] > 0
     for name, side in res["results"].items():
         s = side["summary"]
         assert s["measured_steps"] == [2] and s["step_s"] > 0 and s["generate_s"] > 0 and s["update_s"] > 0, name
         assert s["gen_tokens_per_step"] > 0, name
-    assert [ln.split()[0] for ln in proc.stdout.splitlines() if ln.startswith(("distlab ", "trl "))] == \
-        ["distlab", "trl"]
+    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith(("distlab ", "trl:plain "))]
+    assert [r[0] for r in rows if r[1][0].isdigit()] == ["distlab", "trl:plain"]  # the table's rows
+    assert any(ln.startswith("trl:plain / distlab: median step") and "same prompts at 2 of 2 steps" in ln
+               for ln in proc.stdout.splitlines())

@@ -11,7 +11,6 @@ gradient does not depend on the world size or the micro-batching.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -42,6 +41,7 @@ from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.prompts import stops_for
 from distlab.recipes.lm.tasks.select import task_split
 from distlab.run.logs import Progress, mark_peak, peak_memory
+from distlab.run.profiling import phase_time
 from distlab.runtime.dist import module_checksum
 from distlab.runtime.sampler import GlobalBatchSampler
 from distlab.training.checkpoint import Box
@@ -200,10 +200,10 @@ class Rollouts:
 
 def start_rollouts(cfg: GRPOConfig, parts: Parts, local: list[Task], seed: int, times: dict[str, float]) -> Rollouts:
     """G completions of each prompt, their programs already submitted to the sandbox."""
-    t0 = time.perf_counter()
+    t0 = phase_time()
     prompts = first_prompts(cfg, parts.tok, local, parts.few_shot)
     comps, started = rollout(cfg, parts, local, prompts, seed)
-    times["generate_s"] = times.get("generate_s", 0.0) + time.perf_counter() - t0
+    times["generate_s"] = times.get("generate_s", 0.0) + phase_time() - t0
     return Rollouts(prompts, comps, started)
 
 
@@ -213,13 +213,13 @@ def sample_ahead(cfg: GRPOConfig, session, parts: Parts, local: list[Task], seed
     weights that sampled them (version ``version``) on the layout the update will read, taken now: by the time the
     batch trains, those weights are gone."""
     ro = start_rollouts(cfg, parts, local, seed, times)
-    t0 = time.perf_counter()
+    t0 = phase_time()
     lay = update_layout(cfg, parts, ro.comps)
     ro.behaviour = frozen_logprobs(session, parts.policy, ids=lay.ids, attn=lay.attn, mask=lay.comp,
                                    slices=lay.slices, chunk_tokens=cfg.logprob_chunk,
                                    temperature=cfg.sampling.temperature, device=lay.ids.device, pack=cfg.padding_free)
     ro.version = version
-    times["behaviour_logprobs_s"] = times.get("behaviour_logprobs_s", 0.0) + time.perf_counter() - t0
+    times["behaviour_logprobs_s"] = times.get("behaviour_logprobs_s", 0.0) + phase_time() - t0
     return ro
 
 
@@ -232,9 +232,9 @@ def resolved(parts: Parts, ro: Rollouts) -> Rollouts:
 
 def scored_groups(cfg: GRPOConfig, parts: Parts, ro: Rollouts, times: dict[str, float]) -> list[Group]:
     """Wait for every reward of ``ro``; one :class:`Group` per prompt."""
-    t0 = time.perf_counter()
+    t0 = phase_time()
     values = parts.rewards.collect(ro.started)
-    times["reward_wait_s"] = times.get("reward_wait_s", 0.0) + time.perf_counter() - t0
+    times["reward_wait_s"] = times.get("reward_wait_s", 0.0) + phase_time() - t0
     total = parts.rewards.total(values)
     g = cfg.num_generations
     return [Group(ro.prompts[i], ro.comps[i * g:(i + 1) * g], {k: v[i * g:(i + 1) * g] for k, v in values.items()},
@@ -333,7 +333,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
                                   entropy=ent, entropy_coef=cfg.entropy_coef, is_weight=weight)
         return loss, {**stats, **extra}
 
-    t3 = time.perf_counter()
+    t3 = phase_time()
     def record(m: int) -> dict:
         sl = batch.slices[m]
         return micro_batch_record(session, policy, batch.ids[sl], batch.attn[sl], batch.comp[sl], batch.ref[m],
@@ -343,7 +343,7 @@ def grpo_step(cfg: GRPOConfig, session, parts: Parts, local: list[Task], step: i
                                 max_grad_norm=cfg.clip_grad, marks=times,
                                 probe=SkipProbe(session.run_dir, step, rt.rank, record))
     parts.sampling.refresh()
-    times["update_s"] = time.perf_counter() - t3
+    times["update_s"] = phase_time() - t3
     mark_peak(rt, "update", times)
     if cfg.log_completions and (step + 1) % cfg.log_completions == 0 and rt.is_main:
         _log_completions(session, step + 1, prompts, comps, per_func, rewards)
@@ -451,13 +451,13 @@ def frozen_batch(cfg: GRPOConfig, session, parts: Parts, comps: list, times: dic
     order, ids, attn, comp, slices = lay.order, lay.ids, lay.attn, lay.comp, lay.slices
     mask = apply_truncation_mask(comp, lay.truncated) if cfg.mask_truncated_completions else comp
     norm = GlobalNorm.from_counts(rt.all_reduce_sum(local_counts(mask)).cpu())
-    t0 = time.perf_counter()
+    t0 = phase_time()
     frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=comp, slices=slices,
                      chunk_tokens=cfg.logprob_chunk, temperature=cfg.sampling.temperature, device=device,
                      pack=cfg.padding_free)
     old = frozen(policy if cfg.num_iterations > 1 else None)
     ref = frozen(parts.reference)
-    times["ref_logprobs_s"] = time.perf_counter() - t0
+    times["ref_logprobs_s"] = phase_time() - t0
     return FrozenBatch(order, ids, attn, comp, mask, norm, slices, old, ref)
 
 
