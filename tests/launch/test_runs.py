@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -20,30 +21,38 @@ def _run(tmp_path, name, *extra, procs=None, check=True):
     return run_cli(args, tmp_path, check=check)
 
 
-def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
-    _run(tmp_path, "full")
+@pytest.fixture(scope="module")
+def uncut(tmp_path_factory) -> dict[int, Path]:
+    """The uninterrupted run on 1 and on 2 ranks, trained once: every test below compares its own runs to these
+    (read only; a test that writes into a run copies it first)."""
+    d = tmp_path_factory.mktemp("uncut")
+    _run(d, "one")
+    _run(d, "two", procs=2)
+    return {1: d / "runs" / "one", 2: d / "runs" / "two"}
+
+
+def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path, uncut):
     _run(tmp_path, "cut", "run.stop_at=5")
     cut = tmp_path / "runs" / "cut"
     assert summary(cut)["status"] == "preempted" and summary(cut)["step"] == 5
     _run(tmp_path, "cut")  # the same command again resumes
-    full = tmp_path / "runs" / "full"
+    full = uncut[1]
     assert summary(cut)["status"] == "completed"
     assert summary(cut)["param_checksum"] == summary(full)["param_checksum"]
     assert losses(cut) == losses(full)  # step 1..5 logged before the cut, 6..12 after; all identical
     assert summary(cut)["eval"] == summary(full)["eval"]
 
 
-def test_resume_on_another_world_size(tmp_path):
-    _run(tmp_path, "full", procs=2)
+def test_resume_on_another_world_size(tmp_path, uncut):
     _run(tmp_path, "cut", "run.stop_at=6", procs=2)
     _run(tmp_path, "cut")  # continue the 2-rank run on 1 rank
-    full, cut = losses(tmp_path / "runs" / "full"), losses(tmp_path / "runs" / "cut")
+    full, cut = losses(uncut[2]), losses(tmp_path / "runs" / "cut")
     assert len(cut) == len(full) == 12
     assert cut == pytest.approx(full, rel=1e-4, abs=1e-5)
     manifest = json.loads((tmp_path / "runs" / "cut" / "manifest.json").read_text())
     assert manifest["world_size"] == 1 and manifest["previous_starts"][0]["world_size"] == 2
     # every row names the batch it trained on: the same 12 batches, in order, before and after the resume
-    full_batches, cut_batches = _digests(tmp_path / "runs" / "full"), _digests(tmp_path / "runs" / "cut")
+    full_batches, cut_batches = _digests(uncut[2]), _digests(tmp_path / "runs" / "cut")
     assert cut_batches == full_batches and len(set(full_batches.values())) == 12
 
 
@@ -52,23 +61,20 @@ def _digests(run: Path) -> dict[int, str]:
     return {r["step"]: r["data_digest"] for r in rows if r["split"] == "train"}
 
 
-def test_two_ranks_match_one_rank(tmp_path):
-    _run(tmp_path, "one")
-    _run(tmp_path, "two", procs=2)
-    a, b = losses(tmp_path / "runs" / "one"), losses(tmp_path / "runs" / "two")
+def test_two_ranks_match_one_rank(uncut):
+    a, b = losses(uncut[1]), losses(uncut[2])
     assert b == pytest.approx(a, rel=1e-4, abs=1e-5)
-    d = tmp_path / "runs" / "two"
+    d = uncut[2]
     assert {"config.yaml", "manifest.json", "metrics.jsonl", "train.log", "rank0.log", "rank1.log", "summary.json",
             "checkpoints"} <= {p.name for p in d.iterdir()}
 
 
-def test_kill_9_of_one_rank_recovers_from_checkpoint(tmp_path):
-    ref = _run(tmp_path, "ref", "steps=16", procs=2)
-    assert ref.returncode == 0
+def test_kill_9_of_one_rank_recovers_from_checkpoint(tmp_path, uncut):
     import subprocess
     import sys
 
-    args = [sys.executable, "-m", "distlab.cli", "train", "toy", *COMMON, "steps=16", "run.name=crash",
+    # killed a second after the step-4 checkpoint, at 0.4 s a step: steps 5..12 are still to run
+    args = [sys.executable, "-m", "distlab.cli", "train", "toy", *COMMON, "run.name=crash",
             "ckpt.every=4", "step_delay_s=0.4", "--procs", "2", "--max-restarts", "1"]
     proc = subprocess.Popen(args, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -82,8 +88,8 @@ def test_kill_9_of_one_rank_recovers_from_checkpoint(tmp_path):
     os.kill(pid, signal.SIGKILL)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, out
-    crash, ref_s = summary(tmp_path / "runs" / "crash"), summary(tmp_path / "runs" / "ref")
-    assert crash["step"] == 16 and crash["pid"] != pid
+    crash, ref_s = summary(tmp_path / "runs" / "crash"), summary(uncut[2])
+    assert crash["step"] == 12 and crash["pid"] != pid
     assert crash["param_checksum"] == ref_s["param_checksum"]
     assert "resumed from" in (tmp_path / "runs" / "crash" / "rank1.log").read_text()
 
@@ -117,17 +123,16 @@ def test_unknown_recipe(tmp_path):
     assert p.returncode == 2 and "did you mean hrm" in p.stderr
 
 
-def test_fsdp2_trains_and_resumes_on_other_world_size(tmp_path):
-    _run(tmp_path, "ddp", procs=2)
+def test_fsdp2_trains_and_resumes_on_other_world_size(tmp_path, uncut):
     _run(tmp_path, "fsdp", "dist.wrap=fsdp", "run.stop_at=6", procs=2)
     _run(tmp_path, "fsdp", "dist.wrap=fsdp")  # resharded onto a single rank
-    a, b = losses(tmp_path / "runs" / "ddp"), losses(tmp_path / "runs" / "fsdp")
+    a, b = losses(uncut[2]), losses(tmp_path / "runs" / "fsdp")  # against DDP on 2 ranks
     assert b == pytest.approx(a, rel=1e-4, abs=1e-5)
 
 
-def test_export_and_eval(tmp_path):
-    _run(tmp_path, "e", procs=2)
+def test_export_and_eval(tmp_path, uncut):
     run_dir = tmp_path / "runs" / "e"
+    shutil.copytree(uncut[2], run_dir)  # export and eval write into the run: a copy keeps the shared one as trained
     p = run_cli(["export", str(run_dir)], tmp_path)
     assert (run_dir / "model.pt").exists() and "wrote" in p.stdout
     run_cli(["eval", str(run_dir), "--procs", "2"], tmp_path)
