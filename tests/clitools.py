@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -15,6 +16,13 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 300, check: bool = True
     if check and proc.returncode != 0:
         raise AssertionError(f"distlab {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def run_clis(commands: list[list[str]], cwd: Path, **kwargs) -> list[subprocess.CompletedProcess]:
+    """Run independent ``distlab`` commands at the same time, each as ``run_cli`` would (results in order): a
+    one-rank run keeps one core busy, so runs that do not depend on each other finish sooner side by side."""
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda args: run_cli(args, cwd, **kwargs), commands))
 
 
 def summary(run_dir: Path) -> dict:

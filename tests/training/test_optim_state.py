@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from clitools import losses, run_cli, summary
+from clitools import losses, run_clis, summary
 from distlab.training.optim_state import adamw, optimizer_state_bytes
 
 pytest.importorskip("torchao")
@@ -16,8 +16,10 @@ COMMON = ["steps=40", "log.every=10", "num_examples=512", "global_batch_size=16"
 
 def test_low_precision_states_train_within_margin_of_fp32(tmp_path):
     final = {}
-    for dtype in ("fp32", "bf16", "int8"):
-        run_cli(["train", "toy", *COMMON, f"run.name={dtype}", f"optim.state_dtype={dtype}"], tmp_path, timeout=600)
+    dtypes = ("fp32", "bf16", "int8")  # three independent one-rank runs, side by side
+    run_clis([["train", "toy", *COMMON, f"run.name={d}", f"optim.state_dtype={d}"] for d in dtypes], tmp_path,
+             timeout=600)
+    for dtype in dtypes:
         final[dtype] = losses(tmp_path / "runs" / dtype)[-1]
         assert summary(tmp_path / "runs" / dtype)["status"] == "completed"  # checkpoint with the states saved too
     assert final["fp32"] < 2.0  # it learned
