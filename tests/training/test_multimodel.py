@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from clitools import run_cli, summary
+from clitools import run_cli, run_clis, summary
 from distlab.config import DistConfig
 from distlab.errors import DistlabError
 from distlab.training.placement import compute_device, offload, soft_update_, validate_placement
@@ -16,9 +16,12 @@ COMMON = ["steps=12", "global_batch_size=16", "num_examples=256", "log.every=1"]
 PIECES = ("policy", "critic", "target_critic", "ema", "policy_optim", "critic_optim", "sampler", "step")
 
 
+def _args(name, *extra, procs=2):
+    return ["train", "multitoy", *COMMON, f"run.name={name}", *extra, "--procs", str(procs)]
+
+
 def _train(tmp_path, name, *extra, procs=2, check=True):
-    return run_cli(["train", "multitoy", *COMMON, f"run.name={name}", *extra, "--procs", str(procs)], tmp_path,
-                   check=check)
+    return run_cli(_args(name, *extra, procs=procs), tmp_path, check=check)
 
 
 def _losses(run_dir):
@@ -30,13 +33,11 @@ def _losses(run_dir):
 def runs(tmp_path_factory):
     """One uninterrupted 2-rank run, one cut at step 6; the cut is copied and resumed on 2, 1 and 4 ranks."""
     d = tmp_path_factory.mktemp("multi")
-    _train(d, "full")
-    _train(d, "cut", "run.stop_at=6")
+    run_clis([_args("full"), _args("cut", "run.stop_at=6")], d)  # independent runs, side by side
     for n in (1, 4):
         shutil.copytree(d / "runs" / "cut", d / "runs" / f"cut{n}")
     cut_state = summary(d / "runs" / "cut")
-    for name, procs in (("cut", 2), ("cut1", 1), ("cut4", 4)):
-        _train(d, name, procs=procs)
+    run_clis([_args(name, procs=procs) for name, procs in (("cut", 2), ("cut1", 1), ("cut4", 4))], d)
     return d, cut_state
 
 
