@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from clitools import run_cli  # noqa: E402
+from clitools import run_cli, run_clis  # noqa: E402
 
 TINY = ["data.build=sudoku", "data.train_size=64", "data.test_size=24", "data.workers=1", "data.blanks=10",
         "global_batch_size=8", "steps=6", "log.every=1", "arch.hidden_size=32", "arch.num_heads=2",
@@ -34,8 +34,7 @@ def workdir(tmp_path_factory):
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_two_rank_run_resumes_exactly(workdir, arch):
     args = ["train", "hrm", *TINY, f"arch.name={arch}", *ARCHS[arch], "--procs", "2"]
-    run_cli([*args, f"run.name={arch}-full"], workdir)
-    run_cli([*args, f"run.name={arch}-cut", "run.stop_at=3"], workdir)
+    run_clis([[*args, f"run.name={arch}-full"], [*args, f"run.name={arch}-cut", "run.stop_at=3"]], workdir)
     cut = workdir / "runs" / f"{arch}-cut"
     assert _summary(cut)["status"] == "preempted"
     run_cli([*args, f"run.name={arch}-cut"], workdir)  # same command: resumes from step 3
