@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clitools import run_cli, summary  # noqa: E402
+from clitools import run_cli, run_clis, summary  # noqa: E402
 
 
 def _require_smollm2() -> bool:
@@ -56,8 +56,7 @@ def test_a_run_cut_by_its_time_limit_continues_when_the_same_command_runs_again(
 
 def test_resume_draws_the_same_rollouts_and_ends_bitwise_equal(workdir):
     args = ["train", "grpo", *TINY, "steps=4", "beta=0.04"]
-    run_cli([*args, "run.name=full"], workdir)
-    run_cli([*args, "run.name=cut", "run.stop_at=2"], workdir)
+    run_clis([[*args, "run.name=full"], [*args, "run.name=cut", "run.stop_at=2"]], workdir)  # side by side
     assert summary(workdir / "runs" / "cut")["status"] == "preempted"
     run_cli([*args, "run.name=cut"], workdir)
     full, cut = summary(workdir / "runs" / "full"), summary(workdir / "runs" / "cut")
