@@ -15,7 +15,7 @@ import torch
 
 from distlab.recipes.lm.pg.loss import GlobalNorm, policy_loss, truncated_importance_weight
 
-from clitools import run_cli, summary  # noqa: E402
+from clitools import run_cli, run_clis, summary  # noqa: E402
 
 # ------------------------------------------------------------------------------------- the weight, by hand
 
@@ -89,8 +89,7 @@ def test_k0_is_the_synchronous_loop_bit_for_bit(tmp_path):
 
 def test_k1_trains_on_batches_one_step_old_logs_the_weights_and_resumes_exactly(tmp_path):
     args = ["train", "grpo", *TINY, "steps=4", "async.off_policy_steps=1", "async.is_cap=1.5"]
-    run_cli([*args, "run.name=full"], tmp_path)
-    run_cli([*args, "run.name=cut", "run.stop_at=2"], tmp_path)
+    run_clis([[*args, "run.name=full"], [*args, "run.name=cut", "run.stop_at=2"]], tmp_path)  # side by side
     assert summary(tmp_path / "runs" / "cut")["status"] == "preempted"
     run_cli([*args, "run.name=cut"], tmp_path)
     full, cut = summary(tmp_path / "runs" / "full"), summary(tmp_path / "runs" / "cut")
@@ -218,8 +217,7 @@ def test_two_ranks_sample_ahead_from_a_config_file_and_resume_on_the_same_weight
     the ``async:`` block of a config file reads as the ``async.*`` keys do."""
     (tmp_path / "async.yaml").write_text("async:\n  off_policy_steps: 1\n  importance_sampling_cap: 2.0\n")
     args = ["train", "grpo", "--config", str(tmp_path / "async.yaml"), *TINY, "steps=3", "beta=0", "--procs", "2"]
-    run_cli([*args, "run.name=full"], tmp_path)
-    run_cli([*args, "run.name=cut", "run.stop_at=1"], tmp_path)
+    run_clis([[*args, "run.name=full"], [*args, "run.name=cut", "run.stop_at=1"]], tmp_path)  # side by side
     run_cli([*args, "run.name=cut"], tmp_path)
     full, cut = summary(tmp_path / "runs" / "full"), summary(tmp_path / "runs" / "cut")
     assert full["world_size"] == cut["world_size"] == 2 and cut["status"] == "completed"
