@@ -4,22 +4,25 @@ import json
 
 import pytest
 
+from clitools import run_clis
 from score_cli import EVERYTHING, ON_CPU, TINY, rows, run_cli, summary
 
 TRAINED = ("policy", "guidance", "critic", "value", "target_critic")
 
 
+def _args(name, *extra, procs=1):
+    return ["train", "score", *TINY, *EVERYTHING, *ON_CPU, f"run.name={name}", *extra, "--procs", str(procs)]
+
+
 def _train(d, name, *extra, procs=1, check=True):
-    return run_cli(["train", "score", *TINY, *EVERYTHING, *ON_CPU, f"run.name={name}", *extra, "--procs", str(procs)],
-                   d, check=check)
+    return run_cli(_args(name, *extra, procs=procs), d, check=check)
 
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
     """One uninterrupted 4-step run; one cut after step 2 (a stage boundary) and resumed."""
     d = tmp_path_factory.mktemp("score")
-    _train(d, "full", "steps=4")
-    _train(d, "cut", "steps=4", "run.stop_at=2")
+    run_clis([_args("full", "steps=4"), _args("cut", "steps=4", "run.stop_at=2")], d)  # independent: side by side
     cut = summary(d / "runs" / "cut")
     _train(d, "cut", "steps=4")
     return d, cut
