@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from clitools import run_cli, summary  # noqa: E402
+from clitools import run_cli, run_clis, summary  # noqa: E402
 
 pytest.importorskip("peft", reason="LoRA needs the llm extra: pip install -e '.[llm]'")
 
@@ -41,9 +41,8 @@ def _size(ckpt: Path) -> int:
 def runs(tmp_path_factory) -> Path:
     """A full fine-tune, an uninterrupted LoRA run, and a LoRA run cut after step 2 then resumed (4 steps each)."""
     d = tmp_path_factory.mktemp("lora")
-    run_cli(["train", "grpo", *GRPO, "run.name=full"], d)
-    run_cli(["train", "grpo", *GRPO, *LORA, "run.name=lora"], d)
-    run_cli(["train", "grpo", *GRPO, *LORA, "run.name=cut", "run.stop_at=2"], d)
+    run_clis([["train", "grpo", *GRPO, "run.name=full"], ["train", "grpo", *GRPO, *LORA, "run.name=lora"],
+              ["train", "grpo", *GRPO, *LORA, "run.name=cut", "run.stop_at=2"]], d)  # independent: side by side
     assert summary(d / "runs" / "cut")["status"] == "preempted"
     run_cli(["train", "grpo", *GRPO, *LORA, "run.name=cut"], d)
     return d
@@ -112,8 +111,8 @@ SCORE = ["model.source=tiny:llama-2l", "model.prompt_mode=text", "prompts_per_st
 
 
 def test_score_with_lora_checkpoints_adapters_of_both_trained_models_and_resumes_exactly(tmp_path):
-    run_cli(["train", "score", *SCORE, "run.name=whole"], tmp_path)
-    run_cli(["train", "score", *SCORE, "run.name=cut", "run.stop_at=2"], tmp_path)
+    run_clis([["train", "score", *SCORE, "run.name=whole"],  # independent: side by side
+              ["train", "score", *SCORE, "run.name=cut", "run.stop_at=2"]], tmp_path)
     run_cli(["train", "score", *SCORE, "run.name=cut"], tmp_path)
     whole, cut = summary(tmp_path / "runs" / "whole"), summary(tmp_path / "runs" / "cut")
     assert cut["status"] == "completed" and cut["param_checksums"] == whole["param_checksums"]
