@@ -11,7 +11,7 @@ from distlab.errors import DistlabError
 from distlab.recipes.hrm.models.config import ArchConfig, curriculum_cycles, parse_curriculum
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "models"))
-from clitools import run_cli  # noqa: E402
+from clitools import run_cli, run_clis  # noqa: E402
 from tiny import make_batch, tiny_model  # noqa: E402
 
 TINY = ["data.build=sudoku", "data.train_size=64", "data.test_size=24", "data.workers=1", "data.blanks=10",
@@ -72,8 +72,8 @@ def workdir(tmp_path_factory):
 
 def test_curriculum_run_resumes_exactly_and_changes_training(workdir):
     args = ["train", "hrm", *TINY, "arch.curriculum=0:1,0.5:2"]
-    run_cli([*args, "run.name=full"], workdir)
-    run_cli([*args, "run.name=cut", "run.stop_at=3"], workdir)  # the depth changes at step 3: the resumed step
+    # side by side; the cut's depth changes at step 3: the resumed step
+    run_clis([[*args, "run.name=full"], [*args, "run.name=cut", "run.stop_at=3"]], workdir)
     cut = workdir / "runs" / "cut"
     assert _summary(cut)["status"] == "preempted"
     run_cli([*args, "run.name=cut"], workdir)
