@@ -13,10 +13,12 @@
 #   bash benchmarks/gpu_x2.sh qwen-b      GRPO synchronous vs one step off-policy on one GPU vs rollout/trainer
 #                                          ranks split over two (issue 49 item 1), equal steps
 #   bash benchmarks/gpu_x2.sh lora        LoRA against full fine-tuning, Qwen2.5-1.5B shape (issue 49 item 3)
+#   bash benchmarks/gpu_x2.sh split-random  carry .whl: the rank split on NCCL with random weights, beside the
+#                                          synchronous one-GPU run (no asset needed)
 # Results come back as $OUT/<stage>.tgz plus the stage's log. `SMOKE=1 bash $0 qwen-b|lora|drills` runs the command
 # lines on the CPU with the tiny model.
 set -uo pipefail
-STAGE=${1:?stage: piece K, qwen-a, qwen-b, lora or drills}
+STAGE=${1:?stage: piece K, qwen-a, qwen-b, lora, split-random or drills}
 SMOKE=${SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
   export MBPP_DIR=../shared/data/mbpp
@@ -97,6 +99,27 @@ $EP --task humaneval --split test --json $RES/qwen_base_humaneval_evalplus.json 
     arm offpolicy1-1gpu "$V1" "$ONE" async.off_policy_steps=1 & P1=$!
     wait $P0 $P1
     arm split-2gpu "$V01" "$TWO" async.off_policy_steps=1 async.rollout_ranks=1 & wait $!
+    python3 benchmarks/step_rates.py $RES/*.jsonl --vs sync-1gpu ;;
+  split-random)  # the rank split on NCCL after the fix of dbbf0b4 (it hung at start on 2026-11-28), beside the
+    # synchronous one-GPU run in the same call: random Qwen2.5-0.5B weights and synthetic tasks (no asset, no MBPP;
+    # every reward is 0, so this shows the split runs and its step time, not learning)
+    if [ "$SMOKE" = 1 ]; then
+      M="model.source=tiny:llama-2l model.prompt_mode=text dist.precision=fp32 prompts_per_step=4 num_generations=2
+         sampling.max_completion_length=16 steps=3"; ONE="--procs 1"; TWO="--procs 2"
+    else
+      M="model.source=random:qwen2.5-0.5b model.prompt_mode=text dist.precision=bf16 models.policy.dtype=bf16
+         models.reference.dtype=bf16 prompts_per_step=16 num_generations=8 micro_batch_size=32
+         sampling.max_completion_length=256 steps=${STEPS:-10} sandbox.workers=14"; ONE="--gpus 1"; TWO="--gpus 2"
+    fi
+    R="$M task.train=synthetic task.eval_size=2 lr=2e-6 beta=0.04 evaluation.before=false ckpt.every=0
+       ckpt.at_end=false log.every=1 log.progress=false run.dir=/tmp/runs run.resume=fresh"
+    for arm in "sync-1gpu|$ONE|async.off_policy_steps=0" "split-2gpu|$TWO|async.off_policy_steps=1 async.rollout_ranks=1"; do
+      IFS='|' read -r name launch extra <<< "$arm"
+      # shellcheck disable=SC2086
+      timeout 150 python3 -m distlab.cli train grpo $R run.name=$name $extra $launch > $RES/$name.log 2>&1 & wait $!
+      echo "[$name] exit $? $(date -u +%T)"; cp /tmp/runs/$name/metrics.jsonl $RES/$name.jsonl 2>/dev/null
+      tail -n 2 $RES/$name.log
+    done
     python3 benchmarks/step_rates.py $RES/*.jsonl --vs sync-1gpu ;;
   lora)  # issue 49 item 3: peak memory and step time, 1.5B shape, random weights, one GPU
     if [ "$SMOKE" = 1 ]; then A="--smoke"; else A=""; fi
