@@ -239,6 +239,10 @@ def check_environment(args: argparse.Namespace) -> None:
         raise UsageError("--device cuda but torch sees no CUDA device; use --device cpu")
     if args.dtype == "auto":
         args.dtype = "bf16" if args.device == "cuda" else "fp32"
+    if "trl:static" in args.frameworks and args.dtype == "bf16":
+        raise UsageError("--frameworks trl:static with --dtype bf16 cannot run: transformers builds the static cache "
+                         "in the fp32 weights' dtype and autocast hands it bf16 keys (index_copy_ dtype error, "
+                         "transformers 5.17, 2026-11-28); use trl:bf16 (bf16 weights), or --dtype fp32")
     if any(f.startswith("trl") for f in args.frameworks):
         for module in ("trl", "datasets"):
             try:
@@ -693,10 +697,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         save_model(args.model, model_dir)
         tasks = load_tasks(args)
         for name in args.frameworks:
-            side = run_distlab(args, model_dir, workdir) if name == "distlab" else \
-                run_trl(args, model_dir, tasks, workdir, name.partition(":")[2])
-            side["summary"] = summarise(side["steps"], args.warmup_steps)
-            res["results"][name] = side
+            try:
+                side = run_distlab(args, model_dir, workdir) if name == "distlab" else \
+                    run_trl(args, model_dir, tasks, workdir, name.partition(":")[2])
+            except (SideFailed, RuntimeError) as exc:  # one side's failure (a CUDA assert too) spares the others
+                first = (str(exc).strip().splitlines() or [""])[0]
+                res.setdefault("failed", {})[name] = f"{type(exc).__name__}: {first}"
+                print(f"{name} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            else:
+                side["summary"] = summarise(side["steps"], args.warmup_steps)
+                res["results"][name] = side
             res["headline"] = headline(res["results"])
             res["same_prompts"] = same_prompts(res["results"])
             if args.json:
@@ -729,6 +739,10 @@ def main(argv: list[str] | None = None) -> int:
     except SideFailed as exc:
         print(f"trl_compare: failed: {exc}", file=sys.stderr)
         return 1
+    if not res["results"]:
+        print(f"trl_compare: failed: every side failed ({'; '.join(res.get('failed', {}).values())})",
+              file=sys.stderr)
+        return 1
     print(f"{res['device']}, {args.dtype}, {args.model}: P={args.prompts} x G={args.num_generations}, "
           f"{args.max_completion_length} new tokens max, micro-batch {args.micro_batch}, beta {args.beta}, "
           f"loss {args.loss_type}; steps {args.warmup_steps + 1}..{args.steps} (seconds; phases are means)")
@@ -740,7 +754,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{same.get('steps_compared', 0)} steps")
     print("split: distlab's from its metrics.jsonl; TRL's from timers around GRPOTrainer._generate, "
           "_calculate_rewards, no-grad log-probs and training_step (see the docstring); other = the step's rest")
-    return 0
+    for name, why in res.get("failed", {}).items():
+        print(f"{name}: failed: {why}")
+    return 1 if res.get("failed") else 0
 
 
 if __name__ == "__main__":

@@ -105,6 +105,37 @@ def test_each_trl_path_changes_only_its_generation_fields(tmp_path):
                                   "gradient_accumulation_steps")}, path
 
 
+def test_trl_static_under_bf16_autocast_is_refused_before_anything_loads(tmp_path):
+    # measured 2026-11-28: transformers 5.17's static cache is made in fp32 and autocast hands it bf16 keys
+    args = tc.parse_args(["--model", "tiny:llama-2l", "--device", "cpu", "--dtype", "bf16",
+                          "--frameworks", "distlab,trl:static"])
+    with pytest.raises(tc.UsageError, match="trl:static with --dtype bf16 cannot run.*use trl:bf16"):
+        tc.check_environment(args)
+
+
+def test_a_side_that_fails_is_named_and_the_others_still_run(tmp_path, monkeypatch):
+    steps = [{"step": k, "step_s": 1.0, "gen_tokens": 10.0, "generate_s": 0.5, "reward_s": 0.1, "logprobs_s": 0.1,
+              "update_s": 0.2, "data_digest": "d"} for k in (1, 2)]
+    monkeypatch.setattr(tc, "check_environment", lambda args: None)
+    monkeypatch.setattr(tc, "save_model", lambda source, out: None)
+    monkeypatch.setattr(tc, "load_tasks", lambda args: [])
+    monkeypatch.setattr(tc, "run_distlab", lambda *a: {"steps": steps})
+
+    def trl_side(args, model_dir, tasks, workdir, path):
+        if path == "bf16":
+            raise RuntimeError("CUDA error: device-side assert triggered\nmore detail")
+        return {"steps": steps}
+
+    monkeypatch.setattr(tc, "run_trl", trl_side)
+    args = tc.parse_args(["--frameworks", "distlab,trl:bf16,trl:plain", "--steps", "2", "--warmup-steps", "1",
+                          "--json", str(tmp_path / "out.json")])
+    args.workdir = tmp_path / "work"
+    res = tc.run(args)
+    assert set(res["results"]) == {"distlab", "trl:plain"}
+    assert res["failed"] == {"trl:bf16": "RuntimeError: CUDA error: device-side assert triggered"}
+    assert json.loads((tmp_path / "out.json").read_text())["failed"] == res["failed"]
+
+
 def test_trl_is_handed_distlabs_prompt_order_and_the_digests_agree():
     from distlab.runtime.sampler import GlobalBatchSampler
 
