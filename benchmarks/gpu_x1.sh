@@ -20,13 +20,8 @@ else
   source benchmarks/device_setup.sh
 fi
 RES=/tmp/x1/$STAGE; mkdir -p $RES
-if [ -n "${OUT:-}" ] && [ "$STAGE" != speed ]; then
-  exec > >(tee "$OUT/log-$STAGE") 2>&1
-  # long commands run as `cmd & wait $!` so that this trap packs what there is at the call's time limit
-  trap 'for d in /tmp/runs/*/; do cp "$d/metrics.jsonl" "$RES/$(basename "$d").partial.jsonl" 2>/dev/null; done
-        cp -r /tmp/x1/speed $RES/ 2>/dev/null; tar czf $OUT/$STAGE.tgz -C $RES . 2>/dev/null' EXIT
-  trap 'exit 143' TERM INT
-fi
+source benchmarks/device_pack.sh
+[ "$STAGE" = speed ] || pack_at_exit "$STAGE" "$RES" /tmp/x1/speed
 date -u; nvidia-smi -L 2>/dev/null
 SPEED=/tmp/x1/speed
 

@@ -26,13 +26,8 @@ else
   source benchmarks/device_setup.sh
 fi
 RES=/tmp/x2/$STAGE; mkdir -p $RES
-if [ -n "${OUT:-}" ] && [ "$STAGE" != drills ]; then
-  exec > >(tee "$OUT/log-$STAGE") 2>&1
-  # at the time limit too: long commands run as `cmd & wait $!`, since bash runs a trap only once its foreground
-  # command returns (a hung run kept the 2026-11-28 call from packing anything); runs cut short leave .partial rows
-  trap 'for d in /tmp/runs/*/; do cp "$d/metrics.jsonl" "$RES/$(basename "$d").partial.jsonl" 2>/dev/null; done
-        tar czf $OUT/$STAGE.tgz -C $RES . 2>/dev/null' EXIT && trap 'exit 143' TERM INT
-fi
+source benchmarks/device_pack.sh
+[ "$STAGE" = drills ] || pack_at_exit "$STAGE" "$RES"
 date -u; nvidia-smi -L 2>/dev/null
 
 DRILLS=/tmp/x2/drills
