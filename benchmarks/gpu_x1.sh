@@ -14,13 +14,9 @@
 set -uo pipefail
 STAGE=${1:?stage: wheels, piece K, trl SIDES, offpolicy or speed}
 SMOKE=${SMOKE:-0}
-if [ "$SMOKE" = 1 ]; then
-  export MBPP_DIR=../shared/data/mbpp
-else
-  source benchmarks/device_setup.sh
-fi
+source benchmarks/device_stage.sh
+stage_env
 RES=/tmp/x1/$STAGE; mkdir -p $RES
-source benchmarks/device_pack.sh
 [ "$STAGE" = speed ] || pack_at_exit "$STAGE" "$RES" /tmp/x1/speed
 date -u; nvidia-smi -L 2>/dev/null
 SPEED=/tmp/x1/speed

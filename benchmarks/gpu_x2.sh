@@ -20,13 +20,9 @@
 set -uo pipefail
 STAGE=${1:?stage: piece K, qwen-a, qwen-b, lora, split-random or drills}
 SMOKE=${SMOKE:-0}
-if [ "$SMOKE" = 1 ]; then
-  export MBPP_DIR=../shared/data/mbpp
-else
-  source benchmarks/device_setup.sh
-fi
+source benchmarks/device_stage.sh
+stage_env
 RES=/tmp/x2/$STAGE; mkdir -p $RES
-source benchmarks/device_pack.sh
 [ "$STAGE" = drills ] || pack_at_exit "$STAGE" "$RES"
 date -u; nvidia-smi -L 2>/dev/null
 

@@ -1,7 +1,15 @@
-# Sourced by the benchmarks/gpu_*.sh stage scripts, on the device and in SMOKE runs alike: what a stage leaves under
-# its results folder comes back as $OUT/<stage>.tgz, also when the call's time limit stops it. Long commands in the
+# Sourced by the benchmarks/gpu_*.sh stage scripts, on the device and in SMOKE runs alike: their environment
+# (stage_env), and what a stage leaves under its results folder comes back as $OUT/<stage>.tgz, also when the call's time limit stops it. Long commands in the
 # stages run as `cmd & wait $!`: bash runs a trap only once its foreground command returns, and a hung run once kept
 # a 2026-11-28 call from packing anything. Runs cut short leave their rows so far as <run>.partial.jsonl.
+
+stage_env() {  # SMOKE=1: the CPU, with MBPP from ../shared; else the device machine's environment and wheels
+  if [ "${SMOKE:-0}" = 1 ]; then
+    export MBPP_DIR=../shared/data/mbpp
+  else
+    source benchmarks/device_setup.sh
+  fi
+}
 
 pack_at_exit() {  # STAGE RES [FOLDER...]: tee the stage's output to $OUT/log-STAGE; at exit pack RES (and FOLDERs)
   [ -n "${OUT:-}" ] || return 0
