@@ -21,9 +21,10 @@ pack_at_exit() {  # STAGE RES [FOLDER...]: tee the stage's output to $OUT/log-ST
   trap 'exit 143' TERM INT
 }
 
-_pack_results() {
+_pack_results() {  # also stops the stage's background commands, so none outlives the stage
   local d e
-  for d in /tmp/runs/*/; do cp "$d/metrics.jsonl" "$PACK_RES/$(basename "$d").partial.jsonl" 2>/dev/null; done
+  kill $(jobs -p) 2>/dev/null
+  for d in "${PACK_RUNS:-/tmp/runs}"/*/; do cp "$d/metrics.jsonl" "$PACK_RES/$(basename "$d").partial.jsonl" 2>/dev/null; done
   for e in $PACK_EXTRA; do cp -r "$e" "$PACK_RES/" 2>/dev/null; done
   tar czf "$OUT/$PACK_STAGE.tgz" -C "$PACK_RES" . 2>/dev/null
 }
