@@ -24,6 +24,7 @@ SPEED=/tmp/x1/speed
 case $STAGE in
   wheels)  # the speed job outlives this call, writing under /tmp while the next calls carry pieces
     setsid nohup bash benchmarks/gpu_x1.sh speed > /tmp/x1/speed.log 2>&1 < /dev/null &
+    disown  # not one of the jobs that packing at exit stops
     echo "speed job started, pid $!" ;;
   piece)
     stash_asset .asset_qwen

@@ -35,6 +35,7 @@ case $STAGE in
     if [ "$K" = 1 ] || [ "$K" = 01 ]; then
       # the drills outlive this call (a new session), writing under /tmp while the next calls carry pieces
       setsid nohup bash benchmarks/gpu_x2.sh drills > /tmp/x2/drills.log 2>&1 < /dev/null &
+      disown  # not one of the jobs that packing at exit stops
       echo "drills started, pid $!"
     fi ;;
   drills)  # issue 44 item 3 on 2 GPUs: GRPO (random-weight Qwen2.5-0.5B shape) kill -9 of rank 1 and SIGSTOP of
