@@ -82,7 +82,11 @@ case $STAGE in
     }
     arm sync async.off_policy_steps=0 & P0=$!
     arm offpolicy1 async.off_policy_steps=1 & P1=$!
-    wait $P0 $P1 ;;
+    wait $P0 $P1
+    evals() { echo "$RES/$1.eval_start_step000000_problems.json,$(ls $RES/$1.eval_step*_problems.json | tail -n 1)"; }
+    # each arm base -> trained, and the off-policy arm's trained policy against the synchronous one's (exact McNemar)
+    python3 benchmarks/paired_problems.py "offpolicy1=$(evals offpolicy1)" "sync=$(evals sync)" \
+      --json $RES/paired.json ;;
   *) echo "unknown stage $STAGE: wheels, piece K, trl SIDES, offpolicy or speed"; exit 2 ;;
 esac
 date -u

@@ -3,7 +3,8 @@
 
 A gain on a whole evaluation set can hide a rise in one family and a fall in another, and two arms (GRPO and its
 shuffled-reward control) are compared on the same problems only through their per-problem results. Each ARM=FILE
-names an eval ``problems.json`` (``{"before": [...], "after": [...]}``, rows with ``task_id`` and ``greedy``). For
+names an eval ``problems.json`` (``{"before": [...], "after": [...]}``, rows with ``task_id`` and ``greedy``), or
+ARM=BEFORE,AFTER two per-problem files a training run wrote (its evaluation at the start and at the end). For
 every arm: base -> trained, overall, per family (the second part of a synthetic ``task_id``) and per ``--group``;
 for every later arm: the first arm's trained policy against it, on the same rows. Intervals and p-values are
 McNemar's exact ones (:func:`distlab.recipes.lm.eval.passk.paired_comparison`).
@@ -34,15 +35,34 @@ def family(task_id: str) -> str:
     return parts[1] if len(parts) > 2 else parts[0]
 
 
+def _rows(path: str) -> Rows:
+    """One evaluation's rows, as a training run writes them (``<split>_step<N>_problems.json``: a list)."""
+    try:
+        rows = json.loads(Path(path).read_text())
+        if not isinstance(rows, list) or not all("task_id" in r and "greedy" in r for r in rows):
+            raise TypeError("not a list of rows with task_id and greedy")
+    except (OSError, ValueError, TypeError) as exc:
+        raise Refused(f"{path}: not a run's per-problem evaluation file ({exc})") from None
+    return rows
+
+
 def load(spec: str) -> tuple[str, Rows, Rows]:
+    """``NAME=FILE`` (``distlab eval``'s problems.json, before and after in one file) or ``NAME=BEFORE,AFTER``
+    (two per-problem files of one training run: its evaluation at the start and at the end)."""
     name, sep, path = spec.partition("=")
     if not sep or not name or not path:
-        raise Refused(f"'{spec}': give each arm as NAME=FILE (a problems.json that distlab eval wrote)")
-    try:
-        data = json.loads(Path(path).read_text())
-        before, after = data["before"], data["after"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise Refused(f"{path}: not a distlab eval problems.json with 'before' and 'after' ({exc})") from None
+        raise Refused(f"'{spec}': give each arm as NAME=FILE (a problems.json that distlab eval wrote) or "
+                      f"NAME=BEFORE,AFTER (a run's first and last *_problems.json)")
+    if "," in path:
+        first, _, last = path.partition(",")
+        before, after = _rows(first), _rows(last)
+        path = last
+    else:
+        try:
+            data = json.loads(Path(path).read_text())
+            before, after = data["before"], data["after"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise Refused(f"{path}: not a distlab eval problems.json with 'before' and 'after' ({exc})") from None
     if [r["task_id"] for r in before] != [r["task_id"] for r in after]:
         raise Refused(f"{path}: 'before' and 'after' list different problems; re-run distlab eval")
     return name, before, after
@@ -107,8 +127,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("arms", nargs="+", metavar="NAME=FILE", help="an arm's eval problems.json; the first is the "
-                    "candidate the others are compared with")
+    ap.add_argument("arms", nargs="+", metavar="NAME=FILE", help="an arm's eval problems.json, or BEFORE,AFTER: a "
+                    "run's first and last *_problems.json; the first arm is the candidate the others are compared with")
     ap.add_argument("--group", action="append", default=[], metavar="NAME=FAM,FAM", help="a named set of families")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args(argv)

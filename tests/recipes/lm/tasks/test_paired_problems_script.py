@@ -59,3 +59,21 @@ def test_bad_arguments_are_refused_in_one_line(tmp_path):
         proc = _run(*args)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], (args, proc.stderr)
+
+
+def test_a_runs_first_and_last_evaluation_files_make_an_arm(tmp_path):
+    # a training run writes one list per evaluation: eval_start_step000000_problems.json, eval_step000040_problems.json
+    fams = {"weak": [(0, 1)] * 3 + [(1, 1)]}
+    rows = _rows(fams)
+    start, end = tmp_path / "start.json", tmp_path / "end.json"
+    start.write_text(json.dumps(rows["before"]))
+    end.write_text(json.dumps(rows["after"]))
+    both = _write(tmp_path / "both.json", fams)
+    out_pair, out_both = tmp_path / "pair.json", tmp_path / "both_rows.json"
+    assert _run(f"run={start},{end}", "--json", out_pair).returncode == 0
+    assert _run(f"run={both}", "--json", out_both).returncode == 0
+    assert json.loads(out_pair.read_text()) == json.loads(out_both.read_text())
+    assert json.loads(out_pair.read_text())[0]["candidate_only"] == 3
+    (tmp_path / "dict.json").write_text(json.dumps(rows))
+    proc = _run(f"run={start},{tmp_path / 'dict.json'}")
+    assert proc.returncode == 2 and "not a run's per-problem evaluation file" in proc.stderr
