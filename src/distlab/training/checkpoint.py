@@ -25,11 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
-from torch.distributed.checkpoint.api import CheckpointException
+
+# torch.distributed.checkpoint (with DTensor and sympy behind it) takes ~0.5 s to import; every command that loads a
+# recipe imports this module, so DCP is imported where a checkpoint is written or read, not here.
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
 
 from distlab.atomic import atomic_path, atomic_write_json
 from distlab.errors import DistlabError
@@ -166,6 +170,8 @@ class TrainState:
         keys are absent by design (DCP's load already fails on any trainable key the checkpoint lacks)."""
         if name not in self.frozen_bases:
             return None
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
         return StateDictOptions(ignore_frozen_params=True, strict=not load)
 
     def add(self, name: str, obj: Any, per_rank: bool = False, optional: bool = False) -> None:
@@ -183,6 +189,8 @@ class TrainState:
             raise ValueError(f"state '{name}' is registered twice")
 
     def dcp_state(self, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
         state: dict[str, Any] = {"models": {}, "optim": {}, "objects": {}}
         for name, (model, opts) in self.models.items():
             state["models"][name], state["optim"][name] = get_state_dict(model, opts, options=self._options(name))
@@ -195,6 +203,8 @@ class TrainState:
         return state
 
     def load_dcp_state(self, state: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
         for name, (model, opts) in self.models.items():
             set_state_dict(model, opts, model_state_dict=state["models"][name],
                            optim_state_dict=state["optim"][name], options=self._options(name, load=True))
@@ -385,6 +395,8 @@ class CheckpointManager:
         A save that fails (a full disk above all) removes its temporary directory, so it never eats
         the space the next attempt needs, and a full disk is reported as such in one line.
         """
+        from torch.distributed.checkpoint.api import CheckpointException
+
         self.wait()
         tmp = self.root / f".tmp-step{step:08d}"
         try:
@@ -396,6 +408,8 @@ class CheckpointManager:
             raise err from None
 
     def _save(self, step: int, state: TrainState, meta: dict | None) -> None:
+        import torch.distributed.checkpoint as dcp
+
         final = self.root / f"step{step:08d}"
         tmp = self.root / f".tmp-step{step:08d}"
         if self.rt.is_main:
@@ -422,6 +436,8 @@ class CheckpointManager:
         """Finish an async save (seal, rename, prune); a no-op when none is in flight."""
         if self._pending is None:
             return
+        from torch.distributed.checkpoint.api import CheckpointException
+
         fut, tmp, final = self._pending
         self._pending = None
         try:
@@ -470,6 +486,8 @@ class CheckpointManager:
         if absent:
             log.warning("checkpoint %s holds no %s (written without it): starting it fresh", ckpt.name,
                         ", ".join(sorted(absent)))
+        import torch.distributed.checkpoint as dcp
+
         dcp_state = state.dcp_state(skip=absent)
         dcp.load(dcp_state, checkpoint_id=str(ckpt), process_group=self.rt.group)
         state.load_dcp_state(dcp_state, skip=absent)
@@ -514,6 +532,8 @@ def load_model_weights(model: torch.nn.Module, ckpt: Path, prefer: str | None = 
     ``prefer`` when the checkpoint has it, else the first one it lists; checkpoints from before
     several models per run hold a single ``model`` and load too. Returns the name read.
     """
+    import torch.distributed.checkpoint as dcp
+
     names = json.loads((Path(ckpt) / "extra.json").read_text()).get("models")
     if not names:
         state = {"model": model.state_dict()}
