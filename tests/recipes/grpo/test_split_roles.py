@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from clitools import run_cli, summary  # noqa: E402
+from clitools import run_clis, summary  # noqa: E402
 from test_off_policy import TINY as OFF_POLICY_TINY, _rows  # noqa: E402
 
 pytest.importorskip("transformers", reason="the LM recipes need the llm extra: pip install -e '.[llm]'")
@@ -18,12 +18,12 @@ TINY = [*OFF_POLICY_TINY, "async.off_policy_steps=1"]
 
 def test_one_rollout_rank_feeds_two_trainers_with_lag_k_and_resumes_exactly(tmp_path):
     args = ["train", "grpo", *TINY, "steps=4", "--procs", "3", "async.rollout_ranks=1"]
-    run_cli([*args, "run.name=split"], tmp_path)
-    run_cli([*args, "run.name=cut", "run.stop_at=2"], tmp_path)
+    run_clis([[*args, "run.name=split"], [*args, "run.name=cut", "run.stop_at=2"]], tmp_path)  # side by side
     assert summary(tmp_path / "runs" / "cut")["status"] == "preempted"
-    run_cli([*args, "run.name=cut"], tmp_path)
-    # the same two trainers sampling for themselves (every rank both samples and trains)
-    run_cli(["train", "grpo", *TINY, "steps=4", "--procs", "2", "run.name=together"], tmp_path)
+    # the resume, beside the same two trainers sampling for themselves (every rank both samples and trains) and an
+    # evaluation of the split run's checkpoint, which samples on the ranks it has: one process is enough
+    run_clis([[*args, "run.name=cut"], ["train", "grpo", *TINY, "steps=4", "--procs", "2", "run.name=together"],
+              ["eval", str(tmp_path / "runs" / "split")]], tmp_path)
     split, cut, together = (summary(tmp_path / "runs" / n) for n in ("split", "cut", "together"))
     assert split["status"] == cut["status"] == "completed" and cut["step"] == 4
     assert split["world_size"] == 2 and split["rollout_ranks"] == 1  # DDP over the trainers only
@@ -43,8 +43,6 @@ def test_one_rollout_rank_feeds_two_trainers_with_lag_k_and_resumes_exactly(tmp_
     assert cut["param_checksum"] == split["param_checksum"]
     keys = ("reward_mean", "kl", "global_tokens", "is_weight/mean", "is_weight/max", "policy_version", "policy_lag")
     assert [[r[k] for k in keys] for r in _rows(tmp_path / "runs" / "cut")] == [[r[k] for k in keys] for r in rows]
-    # an evaluation of the checkpoint samples on the ranks it has: one process is enough
-    run_cli(["eval", str(tmp_path / "runs" / "split")], tmp_path)
     (evaluated,) = (tmp_path / "runs" / "split" / "eval").glob("*/eval.json")
     assert "pass@1" in json.loads(evaluated.read_text())
 
@@ -54,8 +52,8 @@ def test_a_rollout_rank_of_an_offloaded_fsdp_job_samples_from_whole_weights(tmp_
     its first round crashed (c10d.broadcast_ has no DTensor sharding strategy). It trains as one process sampling for
     itself does, and holds the trained weights after the last round."""
     offload = [*TINY, "steps=2", "dist.wrap=fsdp", "dist.cpu_offload=true"]
-    run_cli(["train", "grpo", *offload, "--procs", "2", "async.rollout_ranks=1", "run.name=split"], tmp_path)
-    run_cli(["train", "grpo", *offload, "--procs", "1", "run.name=alone"], tmp_path)
+    run_clis([["train", "grpo", *offload, "--procs", "2", "async.rollout_ranks=1", "run.name=split"],
+              ["train", "grpo", *offload, "--procs", "1", "run.name=alone"]], tmp_path)  # side by side
     split, alone = summary(tmp_path / "runs" / "split"), summary(tmp_path / "runs" / "alone")
     assert split["status"] == "completed" and split["param_checksum"] == alone["param_checksum"]
     assert split["rollout_param_checksums"] == [split["param_checksum"]]
