@@ -6,22 +6,33 @@ from pathlib import Path
 
 import pytest
 
-from clitools import run_cli  # noqa: E402
+from clitools import run_cli, run_clis  # noqa: E402
 
 MARKET = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "market"
+CARTPOLE = ["train", "ppo", "env=CartPole-v1", "num_envs=2", "num_steps=32", "total_timesteps=1024", "log.every=1",
+            "run.name=cp", "--procs", "2"]
+TRADING = ["train", "ppo", "env=trading", "policy=clstm", "window=5", "hidden_size=32", "feat_hidden=16",
+           "num_envs=2", "num_minibatches=2", "num_steps=32", "total_timesteps=256",
+           f"trading_data={MARKET / 'DJI_2009_2020.csv'}", "run.name=tr"]
+
+
+@pytest.fixture(scope="module")
+def started(tmp_path_factory) -> Path:
+    """The two-rank CartPole run cut after update 3 and, with the market data, the trading run: independent, so
+    they start side by side; each test carries on from its own."""
+    d = tmp_path_factory.mktemp("ppo")
+    run_clis([[*CARTPOLE, "run.stop_at=3"], *([TRADING] if MARKET.exists() else [])], d)
+    return d
 
 
 def _summary(d):
     return json.loads((d / "summary.json").read_text())
 
 
-def test_two_ranks_stop_and_resume(tmp_path):
-    args = ["train", "ppo", "env=CartPole-v1", "num_envs=2", "num_steps=32", "total_timesteps=1024", "log.every=1",
-            "run.name=cp", "--procs", "2"]
-    run_cli([*args, "run.stop_at=3"], tmp_path)
-    run_dir = tmp_path / "runs" / "cp"
+def test_two_ranks_stop_and_resume(started):
+    run_dir = started / "runs" / "cp"
     assert _summary(run_dir)["status"] == "preempted"
-    run_cli(args, tmp_path)
+    run_cli(CARTPOLE, started)
     s = _summary(run_dir)
     assert s["status"] == "completed" and s["updates"] == 8 and s["global_step"] == 1024 and s["world_size"] == 2
     assert "resumed from" in (run_dir / "rank1.log").read_text()
@@ -49,13 +60,11 @@ def test_bad_env_impl_is_one_line(tmp_path):
 
 
 @pytest.mark.skipif(not MARKET.exists(), reason="../shared/data/market not present")
-def test_trading_train_then_backtest_on_dji(tmp_path):
-    data = f"trading_data={MARKET / 'DJI_2009_2020.csv'}"
-    run_cli(["train", "ppo", "env=trading", "policy=clstm", "window=5", "hidden_size=32", "feat_hidden=16",
-             "num_envs=2", "num_minibatches=2", "num_steps=32", "total_timesteps=256", data, "run.name=tr"], tmp_path)
-    run_cli(["backtest", str(tmp_path / "runs" / "tr"), "--start", "2016-01-01"], tmp_path)
-    bt = json.loads((tmp_path / "runs" / "tr" / "backtest" / "backtest.json").read_text())
+def test_trading_train_then_backtest_on_dji(started):
+    assert _summary(started / "runs" / "tr")["status"] == "completed"
+    run_cli(["backtest", str(started / "runs" / "tr"), "--start", "2016-01-01"], started)
+    bt = json.loads((started / "runs" / "tr" / "backtest" / "backtest.json").read_text())
     assert bt["start"] >= "2016-01-01" and bt["days"] > 1000
     for who in ("policy", "buy_and_hold"):
         assert {"cumulative_return", "sharpe", "max_drawdown"} <= set(bt[who])
-    assert (tmp_path / "runs" / "tr" / "backtest" / "equity.png").exists()
+    assert (started / "runs" / "tr" / "backtest" / "equity.png").exists()
