@@ -36,16 +36,15 @@ def _pythonpath_prefix() -> str:
 
 
 def test_a_run_ends_with_a_closing_report(tmp_path):
-    from clitools import run_cli
+    from clitools import run_clis
 
-    p = run_cli(["train", "toy", "steps=4", "log.every=1", "num_examples=64", "global_batch_size=8", "d_model=16",
-                 "eval_examples=16", "log.progress=false", "run.name=closing"], tmp_path)
+    args = ["train", "toy", "steps=4", "log.every=1", "num_examples=64", "global_batch_size=8", "d_model=16",
+            "eval_examples=16", "log.progress=false"]
+    p, cut = run_clis([[*args, "run.name=closing"], [*args, "run.name=cut", "run.stop_at=2"]], tmp_path)  # side by side
     text = p.stderr + p.stdout
     assert "run closing completed: step 4 of 4 in " in text
     assert "run directory: runs/closing (summary.json" in text.replace(str(tmp_path) + "/", "")
     assert "evaluate again: distlab eval" in text
-    cut = run_cli(["train", "toy", "steps=4", "log.every=1", "num_examples=64", "global_batch_size=8", "d_model=16",
-                   "eval_examples=16", "log.progress=false", "run.name=cut", "run.stop_at=2"], tmp_path)
     assert "run cut preempted: step 2 of " in cut.stderr + cut.stdout
     assert "resume: distlab train toy" in (cut.stderr + cut.stdout).replace(_pythonpath_prefix(), "")
     assert "resume:" not in text  # a completed run has nothing to resume
