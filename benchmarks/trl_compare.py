@@ -349,7 +349,8 @@ def distlab_steps(train: list[dict], completions: int) -> list[dict[str, float]]
         step = {"step": int(row["step"]), "step_s": row["time"] - prev["time"] if prev else float("nan"),
                 **{ours: float(row[theirs]) for ours, theirs in DISTLAB_KEYS.items()},
                 "gen_tokens": float(row["completion_length"]) * completions,
-                "reward_mean": float(row.get("reward_mean", float("nan"))), "data_digest": row.get("data_digest")}
+                "reward_mean": float(row.get("reward_mean", float("nan"))), "data_digest": row.get("data_digest"),
+                "skipped_steps": int(row.get("skipped_steps", 0))}
         out.append(step)
     return out
 
@@ -625,6 +626,8 @@ def summarise(steps: list[dict[str, float]], warmup: int) -> dict[str, Any]:
     out["step_ms_per_token_median"] = statistics.median(per_token) if per_token else float("nan")
     for key in ("update_s", "logprobs_s", "generate_s"):
         out[f"{key}_median"] = statistics.median(s[key] for s in kept)
+    # updates skipped for a non-finite gradient (distlab's running count; TRL's trainer steps on regardless)
+    out["skipped_steps"] = max((s["skipped_steps"] for s in steps if "skipped_steps" in s), default=None)
     return out
 
 
@@ -747,6 +750,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.max_completion_length} new tokens max, micro-batch {args.micro_batch}, beta {args.beta}, "
           f"loss {args.loss_type}; steps {args.warmup_steps + 1}..{args.steps} (seconds; phases are means)")
     print(table(res["results"]))
+    for name, side in res["results"].items():
+        if side["summary"].get("skipped_steps") is not None:
+            print(f"{name}: {side['summary']['skipped_steps']} of {args.steps} updates skipped for a non-finite "
+                  f"gradient")
     for name, ratio in res["headline"].items():
         same = res["same_prompts"].get(name, {})
         print(f"{name} / distlab: median step {ratio['median_step_ratio']:.2f}x, per generated token "

@@ -62,13 +62,15 @@ def test_without_trl_the_trl_side_is_refused_in_one_line(tmp_path):
 
 def test_step_times_are_gaps_between_rows_and_the_rest_is_other():
     rows = [{"step": k, "time": t, "completion_length": 10.0, "generate_s": 0.5, "reward_wait_s": 0.1,
-             "ref_logprobs_s": 0.2, "update_s": 0.3} for k, t in ((1, 100.0), (2, 101.5), (3, 102.5))]
+             "ref_logprobs_s": 0.2, "update_s": 0.3, "skipped_steps": skipped}
+            for k, t, skipped in ((1, 100.0, 0), (2, 101.5, 1), (3, 102.5, 1))]
     steps = tc.distlab_steps(rows, completions=8)
     assert [s["step_s"] for s in steps[1:]] == [1.5, 1.0] and steps[0]["step_s"] != steps[0]["step_s"]  # NaN
     summary = tc.summarise(steps, warmup=1)
     assert summary["measured_steps"] == [2, 3] and summary["step_s"] == pytest.approx(1.25)
     assert summary["other_s"] == pytest.approx(0.15) and summary["gen_tokens_per_step"] == 80
     assert summary["gen_tokens_per_s"] == pytest.approx(160.0)
+    assert summary["skipped_steps"] == 1  # distlab's running count, warm-up steps included
 
 
 def test_both_sides_get_the_same_settings_by_their_own_names(tmp_path):
@@ -203,3 +205,4 @@ def test_two_steps_on_the_tiny_model_give_a_row_for_each_framework(tmp_path):
     assert [r[0] for r in rows if r[1][0].isdigit()] == ["distlab", "trl:plain"]  # the table's rows
     assert any(ln.startswith("trl:plain / distlab: median step") and "same prompts at 2 of 2 steps" in ln
                for ln in proc.stdout.splitlines())
+    assert "distlab: 0 of 2 updates skipped for a non-finite gradient" in proc.stdout

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +53,7 @@ from distlab.recipes.lm.rewards.scorer import RewardScorer
 from distlab.recipes.lm.rollout.seeds import rollout_seed
 from distlab.recipes.lm.tasks import Task
 from distlab.recipes.lm.tasks.select import task_split
+from distlab.run.profiling import phase_time
 from distlab.runtime.dist import Runtime, full_tensor, module_checksum
 from distlab.runtime.sampler import GlobalBatchSampler
 from distlab.training.placement import DTYPES
@@ -156,7 +156,7 @@ class RolloutFeed:
         return [step] if step <= self.last_step else []
 
     def _round(self, version: int, deliver: list[int], sample: list[int], weights: bool = True) -> None:
-        t0 = time.perf_counter()
+        t0 = phase_time()
         for t in sample:
             if t not in self.asked:  # a resumed run asks again for the prompts it asked for before
                 self.asked[t] = self.data.position
@@ -169,11 +169,11 @@ class RolloutFeed:
         for t in deliver:
             self.batches[t] = self.roles.world.recv_object(self.roles.sampler_of(self.roles.rt.rank))
             del self.asked[t]
-        t1 = time.perf_counter()
+        t1 = phase_time()
         self.waited["batch_wait_s"] += t1 - t0
         if weights:
             send_weights(self.roles.sync, self.policy)
-            self.waited["weight_sync_s"] += time.perf_counter() - t1
+            self.waited["weight_sync_s"] += phase_time() - t1
 
     def state_dict(self) -> dict[str, Any]:
         return {"value": pickle.dumps({"batches": self.batches, "asked": self.asked})}
@@ -253,9 +253,9 @@ def sample_shares(cfg: GRPOConfig, session, parts: Parts, roles: Roles, tasks: l
     times: dict[str, float] = {}
     started = [sample_ahead(cfg, session, parts, [tasks[i] for i in indices[j * width:(j + 1) * width]],
                             rollout_seed(cfg.run.seed, step, j), version, times) for j in roles.shares()]
-    t0 = time.perf_counter()
+    t0 = phase_time()
     done = [resolved(parts, ro) for ro in started]
-    times["reward_wait_s"] = time.perf_counter() - t0
+    times["reward_wait_s"] = phase_time() - t0
     counts = parts.scorer.take_counts()
     none = dict.fromkeys(counts, 0.0)
     return [dataclasses.replace(on_cpu(ro), sampler_times=times, counts=counts if i == 0 else none)

@@ -22,7 +22,6 @@ Read top to bottom, one step is:
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 import torch
@@ -52,6 +51,7 @@ from distlab.recipes.score.objective import (TurnNorm, bandit_advantages, guidan
 from distlab.recipes.score.rollout import CacheShapes, Players, play
 from distlab.recipes.score.schedule import StageSchedule
 from distlab.run.logs import mark_peak, peak_memory
+from distlab.run.profiling import phase_time
 from distlab.runtime.dist import full_state_dict
 from distlab.runtime.sampler import GlobalBatchSampler
 from distlab.training.checkpoint import Box
@@ -208,19 +208,19 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     """One SCoRe step on this rank's prompts ``local``; returns the step's metrics (identical on every rank)."""
     rt = session.rt
     times: dict[str, float] = {}
-    t0 = time.perf_counter()
+    t0 = phase_time()
     temp = cfg.sampling.temperature
     episodes = play(cfg, players, local, few_shot, scorer, n=cfg.num_generations, temperature=temp,
                     hint_temperature=cfg.hint_temperature, seed=rollout_seed(cfg.run.seed, step, rt.rank),
                     no_hint=False, fixed=True,  # the no-hint turn 2 is an evaluation diagnostic, not training compute
                     phase=session.phase)
-    times["rollout_s"] = time.perf_counter() - t0
+    times["rollout_s"] = phase_time() - t0
     mark_peak(rt, "rollout", times)
     # ALGO LOGIC: turn rewards of this stage, then per-turn advantages
     device = compute_device(m.policy)
     pad = m.tok.pad_token_id if m.tok.pad_token_id is not None else 0
     ids, attn, roles = pack([ep.ids for ep in episodes], [ep.roles for ep in episodes], pad, device)
-    t1 = time.perf_counter()
+    t1 = phase_time()
     extra: dict[str, float] = {}
     a1, a2 = _advantages(cfg, session, m, opts, episodes, ids, attn, stage, extra,
                          rollout_seed(cfg.run.seed, step, rt.rank))
@@ -232,14 +232,14 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     turns = (2,) if cfg.arm == "bandit_t2" else (1, 2)  # bandit_t2: turn-1 tokens carry no gradient, not even KL
     train_mask = m2 if turns == (2,) else m1 | m2
     norm = TurnNorm.from_counts(rt.all_reduce_sum(step_counts(roles)).cpu())
-    times["advantage_s"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
+    times["advantage_s"] = phase_time() - t1
+    t2 = phase_time()
     batches = micro_batches(len(episodes), cfg.micro_batch_size, attn)  # each cut to its own widest episode
     frozen = partial(frozen_logprobs, session, ids=ids, attn=attn, mask=train_mask, slices=batches,
                      chunk_tokens=cfg.logprob_chunk, temperature=temp, device=device, pack=cfg.padding_free)
     old = frozen(m.policy if cfg.num_iterations > 1 else None)
     ref = frozen(m.reference)
-    times["ref_logprobs_s"] = time.perf_counter() - t2
+    times["ref_logprobs_s"] = phase_time() - t2
     mark_peak(rt, "ref", times)
 
     def micro_loss(k: int):
@@ -250,7 +250,7 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
                                  kl=cfg.kl, loss_type=cfg.loss_type, norm=norm, world_size=rt.world_size, entropy=ent,
                                  turns=turns)
 
-    t3 = time.perf_counter()
+    t3 = phase_time()
     def record(k: int) -> dict:
         sl = batches[k]
         return micro_batch_record(session, m.policy, ids[sl], attn[sl], train_mask[sl], ref[k], kl=cfg.kl,
@@ -259,12 +259,12 @@ def score_step(cfg: ScoreConfig, session, m: Models, opts, players: Players, sta
     sums, gnorm = policy_update(session, m.policy, opts["policy"], len(batches), micro_loss,
                                 iterations=cfg.num_iterations, max_grad_norm=cfg.clip_grad, marks=times,
                                 probe=SkipProbe(session.run_dir, step, rt.rank, record))
-    times["update_s"] = time.perf_counter() - t3
+    times["update_s"] = phase_time() - t3
     mark_peak(rt, "update", times)
     if cfg.guidance == "trained" and (step + 1) % cfg.guidance_every == 0:
-        t4 = time.perf_counter()
+        t4 = phase_time()
         extra.update(_guidance_update(cfg, session, m, opts["guidance"], episodes, step))
-        times["guidance_s"] = time.perf_counter() - t4
+        times["guidance_s"] = phase_time() - t4
     return {**_step_metrics(cfg, rt, stage, episodes, sums, extra, scorer, times, gnorm, norm), **peak_memory(rt)}
 
 
